@@ -1,0 +1,1 @@
+"""surfacelog: event-sourced agent session logs with a replaceable surface."""

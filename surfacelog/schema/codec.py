@@ -1,0 +1,168 @@
+"""JSON encoding of events and JSONL session logs.
+
+Decoding is exact about the envelope: unknown keys and non-JSON lines are refused here
+with a ``DecodeError`` that names the line. Field *values* are not judged here: an event
+whose ``seq`` is ``1.0`` or whose ``surfaceOp`` is ``null`` decodes to an ``Event``
+holding that value, and the session's validation refuses it under the rule SPEC orders
+first (eligibility before marker shape, and so on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, Raw, Struct, UnsetType
+
+from surfacelog.schema.errors import DecodeError
+from surfacelog.schema.events import Event, ReplaceOp
+from surfacelog.schema.header import SessionHeader, header_from_json, header_to_json
+
+_ENCODER = msgspec.json.Encoder()
+_EVENT_DECODER = msgspec.json.Decoder(Event)
+_EVENTS_DECODER = msgspec.json.Decoder(list[Event])
+_ANY_DECODER = msgspec.json.Decoder()
+
+
+class _LooseEvent(Struct, rename="camel", forbid_unknown_fields=True):
+    """The envelope with every value raw, to read events the strict decoder refuses."""
+
+    type: Any = UNSET
+    seq: Raw | UnsetType = UNSET
+    time: Raw | UnsetType = UNSET
+    data: Any = UNSET
+    source_event_seqs: Raw | UnsetType = UNSET
+    surface_op: Raw | UnsetType = UNSET
+    ignorable: Any = UNSET
+
+
+_LOOSE_DECODER = msgspec.json.Decoder(_LooseEvent)
+
+
+def _value(raw: Raw) -> Any:
+    """Decode one raw JSON value, keeping integer ``-0`` visible as the float ``-0.0``
+    so that integer checks refuse it."""
+    text = bytes(raw).strip()
+    if text == b"-0":
+        return -0.0
+    if text.startswith(b"["):
+        return [_value(item) for item in msgspec.json.decode(text, type=list[Raw])]
+    if text.startswith(b"{"):
+        return {k: _value(v) for k, v in msgspec.json.decode(text, type=dict[str, Raw]).items()}
+    return _ANY_DECODER.decode(text)
+
+
+def _surface_op(raw: Raw | UnsetType) -> Any:
+    if raw is UNSET:
+        return UNSET
+    value = _value(raw)
+    if isinstance(value, dict) and set(value) == {"op", "start", "end"} \
+            and value["op"] == "replace":
+        # Keep the values as read; the session checks they are valid seqs.
+        return ReplaceOp(start=value["start"], end=value["end"])
+    return value
+
+
+def _loose_event(line: bytes, where: str) -> Event:
+    try:
+        loose = _LOOSE_DECODER.decode(line)
+    except msgspec.ValidationError as exc:
+        raise DecodeError("envelope", f"{where}: invalid event envelope: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise DecodeError("json", f"{where}: not JSON: {exc}") from exc
+    seqs = UNSET if loose.source_event_seqs is UNSET else _value(loose.source_event_seqs)
+    if isinstance(seqs, list):
+        seqs = tuple(seqs)
+    return Event(
+        type=loose.type,
+        seq=UNSET if loose.seq is UNSET else _value(loose.seq),
+        time=UNSET if loose.time is UNSET else _value(loose.time),
+        data=loose.data,
+        source_event_seqs=seqs,
+        surface_op=_surface_op(loose.surface_op),
+        ignorable=loose.ignorable,
+    )
+
+
+def decode_event(line: bytes | str, where: str = "event") -> Event:
+    """Decode one JSON event. Raises ``DecodeError``: rule ``json`` for a line that is
+    not JSON, rule ``envelope`` for a value that is not an object of the envelope's keys
+    (an unknown key, a ``type`` that is not a string...)."""
+    raw = line.encode() if isinstance(line, str) else line
+    if b"-0" not in raw:
+        try:
+            return _EVENT_DECODER.decode(raw)
+        except msgspec.ValidationError:
+            pass
+        except msgspec.DecodeError as exc:
+            raise DecodeError("json", f"{where}: not JSON: {exc}") from exc
+    return _loose_event(raw, where)
+
+
+def encode_event(event: Event) -> bytes:
+    """The event as one line of compact JSON (no newline)."""
+    return _ENCODER.encode(event)
+
+
+def encode_json(value: object) -> bytes:
+    """Any JSON-encodable value (structs included) as compact JSON."""
+    return _ENCODER.encode(value)
+
+
+def decode_json(data: bytes | str) -> Any:
+    """Decode a JSON document into plain Python values."""
+    return _ANY_DECODER.decode(data)
+
+
+class LogFile(Struct, frozen=True):
+    """A JSONL session log: the optional DSH header line and the events in file order."""
+
+    header: SessionHeader | None
+    events: list[Event]
+
+
+def _is_header_line(line: bytes) -> bool:
+    if b'"session"' not in line:
+        return False
+    try:
+        value = _ANY_DECODER.decode(line)
+    except msgspec.DecodeError:
+        return False
+    return isinstance(value, dict) and value.get("type") == "session"
+
+
+def decode_log(content: bytes) -> LogFile:
+    """Decode JSONL: an optional header line, then one event per line; blank lines are
+    skipped. Raises ``DecodeError`` naming the line number of the first bad line."""
+    lines = [line for line in content.splitlines() if line.strip()]
+    header: SessionHeader | None = None
+    if lines and _is_header_line(lines[0]):
+        header = header_from_json(_ANY_DECODER.decode(lines[0]))
+        lines = lines[1:]
+        first_line = 2
+    else:
+        first_line = 1
+    if b"-0" not in content:
+        # One decoder call for the whole file; per-line decoding only to place an error.
+        try:
+            return LogFile(header, _EVENTS_DECODER.decode(b"[" + b",".join(lines) + b"]"))
+        except msgspec.DecodeError:
+            pass
+    events = [decode_event(line, f"line {n}") for n, line in enumerate(lines, first_line)]
+    return LogFile(header, events)
+
+
+def read_log(path: str | Path) -> LogFile:
+    """Read a JSONL session log file. Raises ``OSError`` or ``DecodeError``."""
+    return decode_log(Path(path).read_bytes())
+
+
+def encode_log(header: SessionHeader | None, events: Iterable[Event]) -> bytes:
+    """JSONL: a DSH header line when ``header`` is given, then one line per event."""
+    out = []
+    if header is not None:
+        out.append(_ENCODER.encode(header_to_json(header, dsh_line=True)))
+    out.extend(_ENCODER.encode(e) for e in events)
+    return b"\n".join(out) + b"\n" if out else b""

@@ -1,0 +1,256 @@
+"""``Session``: one log, one ``SurfaceManager``, one derived-message cache (SPEC 7)."""
+
+from __future__ import annotations
+
+import time as _time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from msgspec import UNSET, Struct
+
+from surfacelog.schema.codec import decode_json, encode_json
+from surfacelog.schema.errors import LogError
+from surfacelog.schema.events import Event, ReplaceOp
+from surfacelog.schema.header import SessionHeader
+from surfacelog.session.derive import MessageCache, MessagesView, derive_from_nodes
+from surfacelog.session.surface import Replacement, SurfaceManager
+from surfacelog.session.views import ListView
+
+END_SEED = "session/end-seed"
+
+
+def now_ms() -> int:
+    """Wall-clock time in epoch milliseconds."""
+    return _time.time_ns() // 1_000_000
+
+
+class AppendSpec(Struct, frozen=True):
+    """One event to append, as a caller describes it (seq and time are assigned)."""
+
+    type: str
+    data: Any = UNSET
+    surface_op: Any = UNSET
+    source_event_seqs: Any = UNSET
+    ignorable: Any = UNSET
+
+
+class SurfaceSnapshot(Struct, frozen=True):
+    """The surface at one moment: nodes, ``replace_generation``, log length."""
+
+    nodes: tuple[int, ...]
+    replace_generation: int
+    length: int
+
+
+class SessionSurface:
+    """Read-only view of a session's ``SurfaceManager``."""
+
+    __slots__ = ("_manager",)
+
+    def __init__(self, manager: SurfaceManager) -> None:
+        self._manager = manager
+
+    @property
+    def nodes(self) -> ListView:
+        return self._manager.nodes
+
+    @property
+    def replace_generation(self) -> int:
+        return self._manager.replace_generation
+
+
+def _own(value: Any) -> Any:
+    """A private JSON copy of a caller's value (structs become JSON objects)."""
+    if value is UNSET or value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return decode_json(encode_json(value))
+
+
+def _own_seqs(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def _own_op(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"op", "start", "end"} \
+            and value["op"] == "replace":
+        return ReplaceOp(start=value["start"], end=value["end"])
+    return _own(value) if isinstance(value, (dict, list)) else value
+
+
+class Session:
+    """An append-only event log with its surface and derived history.
+
+    ``Session(seed)`` validates each seed event like an append (errors are prefixed
+    ``invalid seed event at index N: ``) and, when a seed is given and does not end in
+    ``session/end-seed``, appends that marker. ``first_live_seq`` is the seed's length
+    (``None`` without a seed).
+    """
+
+    def __init__(
+        self,
+        seed: Iterable[Event] | None = None,
+        *,
+        header: SessionHeader | None = None,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.header = header
+        self._clock = clock
+        self._log: list[Event] = []
+        self._manager = SurfaceManager()
+        self._cache = MessageCache()
+        self.first_live_seq: int | None = None
+        if seed is None:
+            return
+        for index, event in enumerate(seed):
+            try:
+                self._commit(event)
+            except LogError as exc:
+                raise exc.with_prefix(f"invalid seed event at index {index}: ") from exc
+        self.first_live_seq = len(self._log)
+        if not self._log or self._log[-1].type != END_SEED:
+            last_time = self._log[-1].time if self._log else clock()
+            self._commit(Event(type=END_SEED, seq=len(self._log), time=last_time, data={}))
+
+    # -- reading ---------------------------------------------------------------------
+
+    @property
+    def id(self) -> str | None:
+        return None if self.header is None else self.header.id
+
+    @property
+    def log(self) -> ListView[Event]:
+        """The events: a live read-only view (events are frozen structs)."""
+        return ListView(self._log)
+
+    def __len__(self) -> int:
+        return len(self._log)
+
+    def event(self, seq: int) -> Event:
+        return self._log[seq]
+
+    def events(self, since_seq: int = 0, limit: int | None = None) -> list[Event]:
+        """Events with ``seq >= since_seq``, at most ``limit`` of them."""
+        end = len(self._log) if limit is None else min(len(self._log), since_seq + limit)
+        return self._log[max(since_seq, 0):end]
+
+    @property
+    def surface(self) -> SessionSurface:
+        return SessionSurface(self._manager)
+
+    def snapshot(self) -> SurfaceSnapshot:
+        """The current nodes (copied), generation and log length."""
+        return SurfaceSnapshot(tuple(self._manager.nodes), self._manager.replace_generation,
+                               len(self._log))
+
+    def replacements(self) -> Sequence[Replacement]:
+        """Every committed replace, in log order."""
+        return self._manager.replacements
+
+    def derive_messages(self, as_of: int | None = None) -> MessagesView:
+        """The messages the model sees: now, or as of the prefix ``log[0..as_of]``.
+
+        Raises ``IndexError`` when ``as_of`` is not a seq of this log.
+        """
+        if as_of is None:
+            return self._cache.derive(self._manager, self._log)
+        nodes = self.surface_at(as_of).nodes
+        messages = derive_from_nodes(nodes, self._log)
+        return MessagesView(messages, len(messages))
+
+    def surface_at(self, as_of: int) -> SurfaceSnapshot:
+        """The surface of the prefix ``log[0..as_of]`` (time travel), by a fresh fold."""
+        if type(as_of) is not int or not 0 <= as_of < len(self._log):
+            raise IndexError(f"seq {as_of!r} is not in this log of {len(self._log)} events")
+        manager = SurfaceManager()
+        manager.sync(self._log[: as_of + 1])
+        return SurfaceSnapshot(tuple(manager.nodes), manager.replace_generation, as_of + 1)
+
+    # -- writing ---------------------------------------------------------------------
+
+    def check(self, event: Event) -> None:
+        """Validate ``event`` as the next event without changing anything.
+
+        Raises ``SurfaceError``.
+        """
+        self._manager.plan(event, self._log)
+
+    def _commit(self, event: Event) -> Event:
+        plan = self._manager.plan(event, self._log)
+        self._log.append(event)
+        self._manager.apply(plan)
+        return event
+
+    def build(self, spec: AppendSpec, *, seq: int | None = None,
+              time: int | None = None) -> Event:
+        """The event ``spec`` becomes at ``seq`` (default: next), caller data copied."""
+        return Event(
+            type=spec.type,
+            seq=len(self._log) if seq is None else seq,
+            time=self._clock() if time is None else time,
+            data=_own(spec.data),
+            source_event_seqs=_own_seqs(spec.source_event_seqs),
+            surface_op=_own_op(spec.surface_op),
+            ignorable=spec.ignorable,
+        )
+
+    def append(
+        self,
+        type: str,
+        data: Any = UNSET,
+        *,
+        surface_op: Any = UNSET,
+        source_event_seqs: Any = UNSET,
+        ignorable: Any = UNSET,
+        time: int | None = None,
+    ) -> Event:
+        """Append one event (seq = log length, time = now). Raises ``SurfaceError`` and
+        then changes nothing."""
+        spec = AppendSpec(type, data, surface_op, source_event_seqs, ignorable)
+        return self._commit(self.build(spec, time=time))
+
+    def append_event(self, event: Event) -> Event:
+        """Append an event built by the caller (its seq must be the next one)."""
+        return self._commit(event)
+
+    def append_batch(self, items: Iterable[AppendSpec | Event]) -> list[Event]:
+        """Append several events, all or nothing. Raises ``SurfaceError`` for the first
+        bad one; then the log, nodes and generation are as before the call."""
+        start = len(self._log)
+        manager = self._manager
+        manager.begin()
+        out: list[Event] = []
+        try:
+            t = self._clock()
+            for item in items:
+                event = item if isinstance(item, Event) else self.build(item, time=t)
+                out.append(self._commit(event))
+        except BaseException:
+            del self._log[start:]
+            manager.rollback()
+            raise
+        manager.commit()
+        return out
+
+
+def replay(events: Iterable[Event], header: SessionHeader | None = None) -> Session:
+    """A session holding exactly ``events`` (no seed marker added), each validated."""
+    session = Session(header=header)
+    for index, event in enumerate(events):
+        try:
+            session.append_event(event)
+        except LogError as exc:
+            raise exc.with_prefix(f"invalid seed event at index {index}: ") from exc
+    return session
+
+
+__all__ = [
+    "END_SEED",
+    "AppendSpec",
+    "Session",
+    "SessionSurface",
+    "SurfaceSnapshot",
+    "now_ms",
+    "replay",
+]

@@ -1,0 +1,272 @@
+"""The surface: one ordered list of seqs, folded incrementally from the log (SPEC 5-6).
+
+``SurfaceManager`` is the whole state: ``nodes`` (a list of ints) and
+``replace_generation``. ``plan`` runs every check of SPEC section 6 on a candidate, in
+order, without changing anything; ``sync`` folds the events committed to the log since
+the last synchronisation, reusing the plan already made for a just-checked candidate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from msgspec import UNSET, Struct
+
+from surfacelog.schema.errors import SurfaceError
+from surfacelog.schema.events import Event
+from surfacelog.session import shapes
+from surfacelog.session.jsonvalue import json_equal
+from surfacelog.session.views import ListView
+
+
+class Replacement(Struct, rename="camel", frozen=True):
+    """One committed replace: ``{seq, start, end, shadowedSeqs}``."""
+
+    seq: int
+    start: int
+    end: int
+    shadowed_seqs: tuple[int, ...]
+
+
+class SurfacePlan(NamedTuple):
+    """A checked candidate: where it goes. ``first``..``last`` are node positions
+    (both ``-1`` for an append)."""
+
+    seq: int
+    surface: bool
+    first: int
+    last: int
+
+
+class _Undo(NamedTuple):
+    position: int
+    removed: list[int]
+    was_replace: bool
+
+
+class SurfaceManager:
+    """Owns the ordered node list of one session."""
+
+    __slots__ = ("_generation", "_nodes", "_planned", "_planned_event", "_replacements",
+                 "_synced", "_undo")
+
+    def __init__(self) -> None:
+        self._nodes: list[int] = []
+        self._generation = 0
+        self._synced = 0
+        self._replacements: list[Replacement] = []
+        self._planned: SurfacePlan | None = None
+        self._planned_event: Event | None = None
+        self._undo: list[_Undo] | None = None
+
+    @property
+    def nodes(self) -> ListView[int]:
+        """The node seqs in surface order (a live read-only view)."""
+        return ListView(self._nodes)
+
+    @property
+    def replace_generation(self) -> int:
+        """How many replaces were committed."""
+        return self._generation
+
+    @property
+    def synced(self) -> int:
+        """How many log events are folded in (the next expected seq)."""
+        return self._synced
+
+    @property
+    def replacements(self) -> Sequence[Replacement]:
+        """Every committed replace, in log order."""
+        return tuple(self._replacements)
+
+    # -- checking ----------------------------------------------------------------------
+
+    def plan(self, event: Event, log: Sequence[Event]) -> SurfacePlan:
+        """Check ``event`` as the next event after ``log[:synced]``; change nothing.
+
+        Runs, in SPEC order: contiguity, envelope and registry, eligibility, marker
+        shape, payload shape, range, provenance, coverage, tool/result rewrite. Raises
+        ``SurfaceError`` for the first rule broken.
+        """
+        shapes.check_contiguity(event, self._synced)
+        shapes.check_envelope(event)
+        if not shapes.check_eligibility(event):
+            shapes.check_payload(event)
+            plan = SurfacePlan(event.seq, False, -1, -1)
+        else:
+            op = shapes.check_marker(event)
+            shapes.check_payload(event)
+            if op is None:
+                first = last = -1
+            else:
+                first, last = self._locate(event, op.start, op.end)
+            _check_provenance(event)
+            if op is not None:
+                shadowed = self._nodes[first:last + 1]
+                _check_coverage(event, shadowed)
+                if event.type == "tool/result":
+                    _check_rewrite(event, shadowed, log)
+            plan = SurfacePlan(event.seq, True, first, last)
+        self._planned, self._planned_event = plan, event
+        return plan
+
+    def _locate(self, event: Event, start: int, end: int) -> tuple[int, int]:
+        nodes = self._nodes
+        try:
+            i = nodes.index(start)
+        except ValueError:
+            raise SurfaceError("range", f"surface replace: start seq {start} not found in "
+                               "surface", event.type, event.seq) from None
+        try:
+            j = nodes.index(end, i)
+        except ValueError:
+            if end in nodes:
+                j = nodes.index(end)
+                raise SurfaceError(
+                    "range", f"surface replace: start seq {start} (index {i}) is after end "
+                    f"seq {end} (index {j})", event.type, event.seq) from None
+            raise SurfaceError("range", f"surface replace: end seq {end} not found in "
+                               "surface", event.type, event.seq) from None
+        return i, j
+
+    # -- committing --------------------------------------------------------------------
+
+    def apply(self, plan: SurfacePlan) -> None:
+        """Commit a plan made by ``plan`` for the event at seq ``synced``."""
+        if plan.seq != self._synced:
+            raise ValueError(f"plan for seq {plan.seq} applied at seq {self._synced}")
+        if plan.surface:
+            nodes = self._nodes
+            if plan.first < 0:
+                nodes.append(plan.seq)
+                if self._undo is not None:
+                    self._undo.append(_Undo(len(nodes) - 1, [], False))
+            else:
+                shadowed = nodes[plan.first:plan.last + 1]
+                nodes[plan.first:plan.last + 1] = [plan.seq]
+                self._replacements.append(
+                    Replacement(plan.seq, shadowed[0], shadowed[-1], tuple(shadowed)))
+                self._generation += 1
+                if self._undo is not None:
+                    self._undo.append(_Undo(plan.first, shadowed, True))
+        elif self._undo is not None:
+            self._undo.append(_Undo(-1, [], False))
+        self._synced += 1
+        self._planned = self._planned_event = None
+
+    def sync(self, log: Sequence[Event]) -> int:
+        """Fold ``log[synced:]``. O(1) when nothing is new. Returns how many events were
+        folded. Raises ``SurfaceError`` for an event that breaks a rule (events before it
+        stay folded)."""
+        start = self._synced
+        for k in range(start, len(log)):
+            planned = self._planned
+            event = log[k]
+            if planned is not None and self._planned_event is event:
+                self.apply(planned)
+            else:
+                self.apply(self.plan(event, log))
+        return len(log) - start
+
+    # -- all-or-nothing batches ----------------------------------------------------------
+
+    def begin(self) -> None:
+        """Start recording undo information for ``rollback``."""
+        self._undo = []
+
+    def commit(self) -> None:
+        """Stop recording; keep what was applied since ``begin``."""
+        self._undo = None
+
+    def rollback(self) -> None:
+        """Undo everything applied since ``begin``, newest first."""
+        undo = self._undo or []
+        for entry in reversed(undo):
+            if entry.position >= 0:
+                if entry.was_replace:
+                    self._nodes[entry.position:entry.position + 1] = entry.removed
+                    self._replacements.pop()
+                    self._generation -= 1
+                else:
+                    self._nodes.pop()
+            self._synced -= 1
+        self._undo = None
+        self._planned = self._planned_event = None
+
+
+def _check_provenance(event: Event) -> None:
+    seqs = event.source_event_seqs
+    if seqs is UNSET:
+        return
+    etype, seq = event.type, event.seq
+
+    def fail(detail: str) -> SurfaceError:
+        return SurfaceError("provenance", f"sourceEventSeqs {detail}", etype, seq)
+
+    if not isinstance(seqs, (list, tuple)):
+        raise fail("must be an array")
+    if not seqs and etype != "assistant/message":
+        raise fail("must not be empty except on assistant/message")
+    for s in seqs:
+        if not shapes.is_seq(s):
+            raise fail(f"must densely contain non-negative safe integers; got {s!r}")
+    if len(set(seqs)) != len(seqs):
+        raise fail("must not contain duplicates")
+    for s in seqs:
+        if s >= seq:
+            raise fail(f"must reference earlier events: {s} >= current seq {seq}")
+
+
+def _check_coverage(event: Event, shadowed: list[int]) -> None:
+    seqs = event.source_event_seqs
+    cited = set() if seqs is UNSET else set(seqs)
+    missing = [s for s in shadowed if s not in cited]
+    if missing:
+        raise SurfaceError(
+            "coverage",
+            "surface replace: sourceEventSeqs must include every shadowed surface node; "
+            f"missing {', '.join(map(str, missing))}",
+            event.type, event.seq,
+        )
+
+
+def _without_block_content(data: Any) -> Any:
+    message = dict(data["message"])
+    content = list(message["content"])
+    block = dict(content[0])
+    block.pop("content", None)
+    content[0] = block
+    message["content"] = content
+    return {**data, "message": message}
+
+
+def _check_rewrite(event: Event, shadowed: list[int], log: Sequence[Event]) -> None:
+    def fail(detail: str) -> SurfaceError:
+        return SurfaceError("tool-result-rewrite",
+                            f"tool/result surface replacement {detail}", event.type, event.seq)
+
+    if len(shadowed) != 1:
+        raise fail(f"must rewrite exactly one current node; it shadows {len(shadowed)}")
+    original = log[shadowed[0]]
+    if original.type != "tool/result":
+        raise fail(f"must target a current tool/result; seq {shadowed[0]} is "
+                   f"{original.type}")
+    if not json_equal(_without_block_content(event.data),
+                      _without_block_content(original.data)):
+        raise fail("may change only content")
+
+
+class FoldResult(Struct, frozen=True):
+    """The surface of a whole log and its replacement history."""
+
+    nodes: tuple[int, ...]
+    replacements: tuple[Replacement, ...]
+
+
+def fold_surface(events: Sequence[Event]) -> FoldResult:
+    """Replay a whole log. Raises ``SurfaceError`` as append would, for the first event
+    that breaks a rule."""
+    manager = SurfaceManager()
+    manager.sync(events)
+    return FoldResult(tuple(manager.nodes), tuple(manager.replacements))
