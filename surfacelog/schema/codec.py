@@ -75,10 +75,12 @@ def _loose_event(line: bytes, where: str) -> Event:
     seqs = UNSET if loose.source_event_seqs is UNSET else _value(loose.source_event_seqs)
     if isinstance(seqs, list):
         seqs = tuple(seqs)
+    seq: Any = UNSET if loose.seq is UNSET else _value(loose.seq)
+    time: Any = UNSET if loose.time is UNSET else _value(loose.time)
     return Event(
         type=loose.type,
-        seq=UNSET if loose.seq is UNSET else _value(loose.seq),
-        time=UNSET if loose.time is UNSET else _value(loose.time),
+        seq=seq,
+        time=time,
         data=loose.data,
         source_event_seqs=seqs,
         surface_op=_surface_op(loose.surface_op),

@@ -66,7 +66,7 @@ class MessagesView(Sequence[dict[str, Any]]):
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (MessagesView, list, tuple)):
             return len(self) == len(other) and all(
-                a == b for a, b in zip(self, other))
+                a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]

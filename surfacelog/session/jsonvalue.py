@@ -18,7 +18,7 @@ def json_equal(a: Any, b: Any) -> bool:
     if ta is dict and tb is dict:
         return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
     if ta in (list, tuple) and tb in (list, tuple):
-        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
     if ta is str and tb is str:
         return bool(a == b)
     return a is None and b is None

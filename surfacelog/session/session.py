@@ -51,7 +51,7 @@ class SessionSurface:
         self._manager = manager
 
     @property
-    def nodes(self) -> ListView:
+    def nodes(self) -> ListView[int]:
         return self._manager.nodes
 
     @property

@@ -1,0 +1,1 @@
+"""Persistence: the EventStore interface and its aiosqlite implementation."""
