@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time as _time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from msgspec import UNSET, Struct
@@ -100,6 +101,7 @@ class Session:
         self._log: list[Event] = []
         self._manager = SurfaceManager()
         self._cache = MessageCache()
+        self._in_atomic = False
         self.first_live_seq: int | None = None
         if seed is None:
             return
@@ -215,23 +217,41 @@ class Session:
         return self._commit(event)
 
     def append_batch(self, items: Iterable[AppendSpec | Event]) -> list[Event]:
-        """Append several events, all or nothing. Raises ``SurfaceError`` for the first
-        bad one; then the log, nodes and generation are as before the call."""
-        start = len(self._log)
-        manager = self._manager
-        manager.begin()
+        """Append several events, all or nothing (one shared ``time``). Raises
+        ``SurfaceError`` for the first bad one; then the log, nodes and generation are
+        as before the call."""
         out: list[Event] = []
-        try:
+        with self.atomic():
             t = self._clock()
             for item in items:
                 event = item if isinstance(item, Event) else self.build(item, time=t)
                 out.append(self._commit(event))
+        return out
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """All appends inside the block stand or fall together: an exception leaves
+        the log, nodes, generation and derived history as before the block. Nested
+        blocks join the outer one. The block may ``await`` (an async caller can persist
+        inside it) as long as nothing else appends meanwhile."""
+        if self._in_atomic:
+            yield
+            return
+        start = len(self._log)
+        self._manager.begin()
+        self._in_atomic = True
+        try:
+            yield
         except BaseException:
             del self._log[start:]
-            manager.rollback()
+            self._manager.rollback()
+            # The cache may have seen rolled-back nodes; rebuilding once is cheap.
+            self._cache = MessageCache()
             raise
-        manager.commit()
-        return out
+        else:
+            self._manager.commit()
+        finally:
+            self._in_atomic = False
 
 
 def replay(events: Iterable[Event], header: SessionHeader | None = None) -> Session:

@@ -99,6 +99,12 @@ class EventStore(abc.ABC):
     async def flush(self) -> None:
         """Wait until every queued batch is committed; raise the first commit error."""
 
+    async def flush_session(self, session_id: str) -> None:
+        """Wait until ``session_id``'s accepted batches are committed; raise only an
+        error that belongs to that session. Stores that report every error to its own
+        waiter can keep this default."""
+        await self.flush()
+
     @abc.abstractmethod
     async def header(self, session_id: str) -> SessionHeader:
         """The session's header. Raises ``SessionNotFound``."""

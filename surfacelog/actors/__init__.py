@@ -1,0 +1,24 @@
+"""Ray actors: session hosts, the journal, compaction and pruning, the agent-loop driver.
+
+This layer composes the core and the store inside Ray; it adds no surface rules.
+"""
+
+from surfacelog.actors.client import Host, SessionHandle, connect
+from surfacelog.actors.protocol import (
+    CompactionRequest,
+    Conflict,
+    PruneRequest,
+    SessionStats,
+    SessionUnavailable,
+)
+
+__all__ = [
+    "CompactionRequest",
+    "Conflict",
+    "Host",
+    "PruneRequest",
+    "SessionHandle",
+    "SessionStats",
+    "SessionUnavailable",
+    "connect",
+]

@@ -1,0 +1,231 @@
+"""The client API: ``connect`` -> ``Host``; ``host.session(id)`` -> ``SessionHandle``.
+
+The directory is Ray's: session actors are named actors in the ``surfacelog`` namespace,
+got or created by name (``get_if_exists``), so any process of the cluster reaches the
+same actor for the same session. Handles unwrap Ray's task errors, so a caller catches
+``SurfaceError``, ``Conflict``, ``WriterFenced``... exactly as the actor raised them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+from msgspec import UNSET
+from ray.exceptions import RayActorError, RayTaskError
+
+from surfacelog.actors.journal import NAMESPACE, RemoteJournal, db_key, journal_name
+from surfacelog.actors.protocol import (
+    CompactionRequest,
+    Durability,
+    HostStats,
+    Placement,
+    PruneRequest,
+    SessionStats,
+)
+from surfacelog.actors.session_actor import RemoteSessionHost
+from surfacelog.schema.events import Event
+from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
+from surfacelog.store.base import SessionInfo
+
+RETRIES = 5
+_MAX_CONCURRENCY = 10_000
+
+
+def _unwrap(exc: RayTaskError) -> BaseException:
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
+
+
+class Host:
+    """A connection to the sessions of one database file on a Ray cluster."""
+
+    def __init__(self, db: str, placement: Placement, packs: int, durability: Durability,
+                 idle_timeout_s: float | None, journal: Any) -> None:
+        self.db = db
+        self.placement: Placement = placement
+        self.packs = packs
+        self.durability: Durability = durability
+        self.idle_timeout_s = idle_timeout_s
+        self.journal = journal
+        self._actors: dict[str, Any] = {}
+
+    def actor_name(self, session_id: str) -> str:
+        """The Ray actor name that serves ``session_id`` in this placement."""
+        key = db_key(self.db)
+        if self.placement == "dedicated":
+            return f"session:{key}:{session_id}"
+        shard = zlib.crc32(session_id.encode()) % self.packs
+        return f"pack:{key}:{shard}"
+
+    def actor(self, session_id: str) -> Any:
+        """Get or create the actor serving ``session_id``."""
+        name = self.actor_name(session_id)
+        actor = self._actors.get(name)
+        if actor is None:
+            actor = RemoteSessionHost.options(
+                name=name, namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
+                max_restarts=-1, max_task_retries=0, num_cpus=0,
+                max_concurrency=_MAX_CONCURRENCY,
+            ).remote(self.db, self.placement, self.durability, self.idle_timeout_s)
+            self._actors[name] = actor
+        return actor
+
+    def forget(self, session_id: str) -> None:
+        """Drop the cached actor handle (after the actor died) to resolve it again."""
+        self._actors.pop(self.actor_name(session_id), None)
+
+    def session(self, session_id: str) -> SessionHandle:
+        """A handle on ``session_id`` (created on its first request if missing)."""
+        return SessionHandle(self, session_id)
+
+    async def list_sessions(self) -> list[SessionInfo]:
+        sessions: list[SessionInfo] = await self.journal.list_sessions.remote()
+        return sessions
+
+    async def journal_stats(self) -> dict[str, Any]:
+        stats: dict[str, Any] = await self.journal.stats.remote()
+        return stats
+
+    async def host_stats(self) -> list[HostStats]:
+        """One entry per session actor this client has resolved."""
+        return list(await asyncio.gather(*(a.host_stats.remote()
+                                           for a in self._actors.values())))
+
+    async def flush(self) -> None:
+        """Flush every session actor this client has resolved, then the journal."""
+        await asyncio.gather(*(a.shutdown.remote() for a in list(self._actors.values())))
+        await self.journal.flush.remote()
+
+    def shutdown(self) -> None:
+        """Passivate (flush) and kill every actor this client resolved, and the journal."""
+        refs = [a.shutdown.remote() for a in self._actors.values()]
+        ray.get(refs)
+        ray.get(self.journal.flush.remote())
+        for actor in self._actors.values():
+            ray.kill(actor, no_restart=True)
+        ray.get(self.journal.close.remote())
+        ray.kill(self.journal, no_restart=True)
+        self._actors.clear()
+
+
+def connect(address: str | None = None, db: str = "surfacelog.db", *,
+            placement: Placement = "dedicated", packs: int = 8,
+            durability: Durability = "durable", idle_timeout_s: float | None = 600.0,
+            store_options: dict[str, Any] | None = None,
+            **ray_init: Any) -> Host:
+    """Connect to (or start) Ray and the journal of ``db``; returns a ``Host``.
+
+    ``address=None`` starts an embedded local Ray unless one is initialised already.
+    Raises ``VersionRefused`` when ``db`` was written by another build.
+    """
+    if not ray.is_initialized():
+        ray.init(address=address, namespace=NAMESPACE, **ray_init)
+    path = os.path.abspath(db)
+    journal = RemoteJournal.options(
+        name=journal_name(path), namespace=NAMESPACE, get_if_exists=True,
+        lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,
+        max_concurrency=_MAX_CONCURRENCY,
+    ).remote(path, store_options or {})
+    try:
+        ray.get(journal.ready.remote())
+    except RayTaskError as exc:
+        ray.kill(journal, no_restart=True)
+        raise _unwrap(exc) from None
+    return Host(path, placement, packs, durability, idle_timeout_s, journal)
+
+
+class SessionHandle:
+    """Async methods mirroring the session actor's requests, for one session.
+
+    A request that failed because the actor died is retried on the actor Ray restarts
+    (or a newly created one) only when retrying cannot apply it twice: reads, flushes,
+    appends that carry ``expected_seq``, and replace requests (which are refused as stale
+    once applied).
+    """
+
+    def __init__(self, host: Host, session_id: str) -> None:
+        self.host = host
+        self.session_id = session_id
+
+    async def _call(self, method: str, *args: Any, idempotent: bool) -> Any:
+        for attempt in range(RETRIES + 1):
+            actor = self.host.actor(self.session_id)
+            try:
+                return await getattr(actor, method).remote(self.session_id, *args)
+            except RayTaskError as exc:
+                raise _unwrap(exc) from None
+            except RayActorError:
+                self.host.forget(self.session_id)
+                if not idempotent or attempt == RETRIES:
+                    raise
+                await asyncio.sleep(0.05 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    async def append(self, type: str, data: Any = UNSET, *, surface_op: Any = UNSET,
+                     source_event_seqs: Any = UNSET, ignorable: Any = UNSET,
+                     expected_seq: int | None = None) -> Event:
+        """Append one event; returns it as logged. Raises ``SurfaceError``,
+        ``Conflict`` (``expected_seq`` taken), store errors."""
+        spec = AppendSpec(type, data, surface_op, source_event_seqs, ignorable)
+        event: Event = await self._call("append", spec, expected_seq,
+                                        idempotent=expected_seq is not None)
+        return event
+
+    async def append_batch(self, specs: Sequence[AppendSpec],
+                           expected_seq: int | None = None) -> list[Event]:
+        """Append several events, all or nothing."""
+        events: list[Event] = await self._call("append_batch", list(specs), expected_seq,
+                                               idempotent=expected_seq is not None)
+        return events
+
+    async def events(self, since_seq: int = 0, limit: int | None = None) -> list[Event]:
+        events: list[Event] = await self._call("events", since_seq, limit, idempotent=True)
+        return events
+
+    async def surface(self) -> SurfaceSnapshot:
+        snap: SurfaceSnapshot = await self._call("surface", idempotent=True)
+        return snap
+
+    async def surface_events(self) -> tuple[SurfaceSnapshot, list[Event]]:
+        out: tuple[SurfaceSnapshot, list[Event]] = await self._call("surface_events",
+                                                                    idempotent=True)
+        return out
+
+    async def derive_messages(self, as_of: int | None = None) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = await self._call("derive_messages", as_of,
+                                                          idempotent=True)
+        return messages
+
+    async def fold(self) -> list[Replacement]:
+        replacements: list[Replacement] = await self._call("fold", idempotent=True)
+        return replacements
+
+    async def compact(self, request: CompactionRequest) -> list[Event]:
+        events: list[Event] = await self._call("compact", request, idempotent=True)
+        return events
+
+    async def prune(self, request: PruneRequest) -> list[Event]:
+        events: list[Event] = await self._call("prune", request, idempotent=True)
+        return events
+
+    async def fork(self, boundary: int | None = None,
+                   child_id: str | None = None) -> SessionHandle:
+        """Fork a child seeded with ``log[0..boundary]``; returns its handle."""
+        header = await self._call("fork", boundary, child_id, idempotent=False)
+        return SessionHandle(self.host, header.id)
+
+    async def flush(self) -> None:
+        await self._call("flush", idempotent=True)
+
+    async def stats(self) -> SessionStats:
+        stats: SessionStats = await self._call("stats", idempotent=True)
+        return stats
+
+    async def passivate(self) -> bool:
+        done: bool = await self._call("passivate", idempotent=True)
+        return done

@@ -1,0 +1,182 @@
+"""Compaction and pruning actors.
+
+``Compactor`` is the loop logic over session handles (no Ray of its own): read the
+surface, decide with ``policy``, summarise with a pluggable (sync or async) summariser,
+send the replace request, and on ``Conflict`` read again and retry, a bounded number of
+times. ``CompactionActor`` and ``PrunerActor`` run it inside Ray, on demand
+(``run_once``) or watching the sessions they were asked to manage (``start``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import msgspec
+import ray
+
+from surfacelog.actors.client import Host, SessionHandle, connect
+from surfacelog.actors.policy import (
+    choose_range,
+    compaction_request,
+    extractive_summary,
+    prune_requests,
+)
+from surfacelog.actors.protocol import Conflict, Durability, Placement
+from surfacelog.schema.events import Event
+
+Blocks = list[dict[str, Any]]
+AnySummariser = Callable[[Sequence[Event]], "Blocks | Awaitable[Blocks]"]
+
+
+class CompactorStats(msgspec.Struct):
+    """Counters of one compactor or pruner."""
+
+    passes: int = 0
+    committed: int = 0
+    failed: int = 0
+    conflicts: int = 0
+    gave_up: int = 0
+    prunes: int = 0
+    errors: int = 0
+    last_error: str | None = None
+
+
+class Compactor:
+    """Compaction and pruning decisions for sessions reached through ``SessionHandle``s."""
+
+    def __init__(self, *, compact_at: int = 8000, retain_tokens: int | None = None,
+                 prune_over: int = 4000, prune_keep: int = 1000, max_retries: int = 3,
+                 summariser: AnySummariser = extractive_summary) -> None:
+        self.compact_at = compact_at
+        self.retain_tokens = compact_at // 4 if retain_tokens is None else retain_tokens
+        self.prune_over = prune_over
+        self.prune_keep = prune_keep
+        self.max_retries = max_retries
+        self.summariser = summariser
+        self.stats = CompactorStats()
+
+    async def _summarise(self, events: Sequence[Event]) -> list[dict[str, Any]]:
+        out = self.summariser(events)
+        if inspect.isawaitable(out):
+            out = await out
+        return list(out)
+
+    async def compact(self, handle: SessionHandle) -> str:
+        """Compact once if the surface is over the threshold. Returns ``committed``,
+        ``failed`` (summary not smaller: recorded as a failed compaction), ``skipped``
+        or ``gave-up`` (still conflicting after ``max_retries``)."""
+        for _ in range(self.max_retries):
+            snapshot, events = await handle.surface_events()
+            choice = choose_range(snapshot.nodes, events, compact_at=self.compact_at,
+                                  retain_tokens=self.retain_tokens)
+            if choice is None:
+                return "skipped"
+            shadowed = events[: len(choice.shadowed)]
+            request = compaction_request(snapshot, choice, shadowed,
+                                         await self._summarise(shadowed))
+            try:
+                await handle.compact(request)
+            except Conflict:
+                self.stats.conflicts += 1
+                continue
+            if request.error is None:
+                self.stats.committed += 1
+                return "committed"
+            self.stats.failed += 1
+            return "failed"
+        self.stats.gave_up += 1
+        return "gave-up"
+
+    async def prune(self, handle: SessionHandle) -> int:
+        """Shorten every current tool result over ``prune_over`` characters; returns how
+        many were pruned (a conflicting one is left for the next pass)."""
+        snapshot, events = await handle.surface_events()
+        done = 0
+        for request in prune_requests(snapshot, events, max_chars=self.prune_over,
+                                      keep_chars=self.prune_keep):
+            try:
+                await handle.prune(request)
+            except Conflict:
+                self.stats.conflicts += 1
+                continue
+            done += 1
+        self.stats.prunes += done
+        return done
+
+
+class _Watcher:
+    """Runs one ``Compactor`` pass over managed sessions, on demand or periodically."""
+
+    prune_only = False
+    compact_only = False
+
+    def __init__(self, db: str, placement: Placement, durability: Durability,
+                 packs: int = 8, **compactor: Any) -> None:
+        self._host: Host = connect(db=db, placement=placement, packs=packs,
+                                   durability=durability)
+        self._compactor = Compactor(**compactor)
+        self._managed: list[str] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def manage(self, session_ids: Sequence[str]) -> int:
+        """Add sessions to watch; returns how many are managed."""
+        known = set(self._managed)
+        self._managed.extend(s for s in session_ids if s not in known)
+        return len(self._managed)
+
+    async def run_once(self, session_ids: Sequence[str] | None = None) -> CompactorStats:
+        """One pass over ``session_ids`` (default: the managed ones)."""
+        for sid in list(self._managed if session_ids is None else session_ids):
+            handle = self._host.session(sid)
+            try:
+                if not self.compact_only:
+                    await self._compactor.prune(handle)
+                if not self.prune_only:
+                    await self._compactor.compact(handle)
+            except Exception as exc:  # counted and reported; the watcher keeps going
+                self._compactor.stats.errors += 1
+                self._compactor.stats.last_error = f"{sid}: {type(exc).__name__}: {exc}"
+        self._compactor.stats.passes += 1
+        return self._compactor.stats
+
+    async def _loop(self, period_s: float) -> None:
+        while True:
+            await self.run_once()
+            await asyncio.sleep(period_s)
+
+    async def start(self, period_s: float = 0.5) -> None:
+        """Watch the managed sessions every ``period_s`` seconds until ``stop``."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._loop(period_s))
+
+    async def stop(self) -> CompactorStats:
+        """Stop watching (after the pass in progress); returns the counters."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        return self._compactor.stats
+
+    def stats(self) -> CompactorStats:
+        return self._compactor.stats
+
+
+class CompactionActor(_Watcher):
+    """Compacts the surfaces it manages when they exceed ``compact_at`` tokens."""
+
+    compact_only = True
+
+
+class PrunerActor(_Watcher):
+    """Shortens tool results over ``prune_over`` characters."""
+
+    prune_only = True
+
+
+RemoteCompactor: Any = ray.remote(CompactionActor)
+RemotePruner: Any = ray.remote(PrunerActor)

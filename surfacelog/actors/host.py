@@ -1,0 +1,338 @@
+"""``SessionHost``: one live session behind an actor — the core ``Session``, its writer
+epoch, and the lock that applies its mutations one at a time.
+
+It is plain asyncio (no Ray), so the same code runs in a dedicated actor, in a packed
+actor hosting thousands of sessions, or in-process. Every mutation holds the lock from
+validation to persistence: Ray async actors interleave calls at every ``await``, and the
+lock is what keeps acceptance order equal to log order. A mutation is applied to the
+core inside ``Session.atomic()`` and persisted before the block ends, so a refused or
+failed write leaves the in-memory session exactly as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from msgspec import UNSET
+
+from surfacelog.actors.protocol import (
+    CompactionRequest,
+    Conflict,
+    Durability,
+    PruneRequest,
+    SessionStats,
+    SessionUnavailable,
+)
+from surfacelog.schema.events import APPEND, Event, ReplaceOp
+from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
+from surfacelog.session import (
+    AppendSpec,
+    Replacement,
+    Session,
+    SurfaceSnapshot,
+    fork,
+    now_ms,
+)
+from surfacelog.session.fork import SESSION_ALREADY_EXISTS, ForkError
+from surfacelog.session.jsonvalue import json_equal
+from surfacelog.store.base import EventStore, SessionNotFound, WriterFenced
+
+CHECKPOINT_INTRO = ("Checkpoint: a condensed account of an earlier part of this "
+                    "conversation follows.\n\n<compacted-summary>")
+CHECKPOINT_OUTRO = "</compacted-summary>"
+
+
+def _same_event(spec: AppendSpec, event: Event) -> bool:
+    """True when ``event`` is what appending ``spec`` produced (a retried request)."""
+    if spec.type != event.type or not json_equal(spec.data, event.data):
+        return False
+    op: Any = spec.surface_op
+    if isinstance(op, dict) and op.get("op") == "replace":
+        op = ReplaceOp(start=op["start"], end=op["end"])
+    if op != event.surface_op:
+        return False
+    seqs = spec.source_event_seqs
+    theirs = event.source_event_seqs
+    if (seqs is UNSET) != (theirs is UNSET):
+        return False
+    if seqs is not UNSET and list(seqs) != list(theirs):  # type: ignore[arg-type]
+        return False
+    return bool(spec.ignorable == event.ignorable)
+
+
+class SessionHost:
+    """A session taken for writing. Build it with ``activate``."""
+
+    def __init__(self, session: Session, store: EventStore, epoch: int,
+                 durability: Durability, activation_ms: float) -> None:
+        if session.id is None:
+            raise ValueError("a hosted session needs a header with an id")
+        self.session_id: str = session.id
+        self.session = session
+        self.store = store
+        self.epoch = epoch
+        self.durability: Durability = durability
+        self.lock = asyncio.Lock()
+        self.closed: str | None = None
+        self.activated_at_ms = now_ms()
+        self.last_activity = time.monotonic()
+        self.activation_ms = activation_ms
+        self.appends = 0
+        self.replaces = 0
+        self.conflicts = 0
+
+    @classmethod
+    async def activate(cls, session_id: str, store: EventStore, *,
+                       durability: Durability = "durable", create: bool = True,
+                       cwd: str | None = None) -> SessionHost:
+        """Take ``session_id`` for writing: load it (the store validates it, appends the
+        seed marker and crash-repair closers durably, and bumps the writer epoch), or
+        create it when missing and ``create``. Raises ``SessionNotFound``,
+        ``CorruptStore``."""
+        started = time.perf_counter()
+        try:
+            opened = await store.open_session(session_id)
+            session, epoch = opened.session, opened.epoch
+        except SessionNotFound:
+            if not create:
+                raise
+            header = SessionHeader(version=SESSION_FORMAT_VERSION, id=session_id,
+                                   created_at=now_ms(), cwd=UNSET if cwd is None else cwd)
+            epoch = await store.create(header)
+            session = Session(header=header)
+        return cls(session, store, epoch, durability,
+                   (time.perf_counter() - started) * 1000.0)
+
+    # -- guarding ----------------------------------------------------------------------
+
+    def _touch(self) -> None:
+        if self.closed is not None:
+            raise SessionUnavailable(f"session {self.session_id!r} is {self.closed}")
+        self.last_activity = time.monotonic()
+
+    async def _persist(self, events: Sequence[Event]) -> None:
+        try:
+            await self.store.append(self.session_id, events, epoch=self.epoch,
+                                    durable=self.durability == "durable")
+        except WriterFenced:
+            self.closed = "fenced by a newer writer"
+            raise
+
+    async def _commit(self, specs: Sequence[AppendSpec]) -> list[Event]:
+        with self.session.atomic():
+            events = self.session.append_batch(specs)
+            await self._persist(events)
+        self.appends += len(events)
+        return events
+
+    # -- mutations ---------------------------------------------------------------------
+
+    async def append_batch(self, specs: Sequence[AppendSpec],
+                           expected_seq: int | None = None) -> list[Event]:
+        """Append ``specs`` all or nothing and persist them.
+
+        With ``expected_seq``: when the log already holds these very events at that seq
+        (a retried request) they are returned and nothing is appended; when that seq is
+        taken by other events, or lies past the end, ``Conflict``. Raises
+        ``SurfaceError`` for a bad event, store errors for a failed write.
+        """
+        async with self.lock:
+            self._touch()
+            if expected_seq is not None:
+                length = len(self.session)
+                if expected_seq != length:
+                    return self._replayed(specs, expected_seq, length)
+            return await self._commit(specs)
+
+    def _replayed(self, specs: Sequence[AppendSpec], expected_seq: int,
+                  length: int) -> list[Event]:
+        if expected_seq >= 0 and expected_seq + len(specs) <= length:
+            logged = self.session.events(expected_seq, len(specs))
+            if all(_same_event(s, e) for s, e in zip(specs, logged, strict=True)):
+                return logged
+        self.conflicts += 1
+        raise Conflict(
+            f"session {self.session_id!r}: expected seq {expected_seq} but the log has "
+            f"{length} events and they are not this request's")
+
+    def _open_turn(self) -> int | None:
+        log = self.session.log
+        for k in range(len(log) - 1, -1, -1):
+            etype = log[k].type
+            if etype == "turn/end":
+                return None
+            if etype == "turn/start":
+                turn: int = log[k].data["turn"]
+                return turn
+        return None
+
+    def _check_current(self, generation: int, shadowed: Sequence[int]) -> None:
+        surface = self.session.surface
+        stale = generation != surface.replace_generation or not shadowed
+        if not stale:
+            nodes = surface.nodes
+            try:
+                i = nodes.index(shadowed[0])
+            except ValueError:
+                stale = True
+            else:
+                stale = list(nodes[i:i + len(shadowed)]) != list(shadowed)
+        if stale:
+            self.conflicts += 1
+            raise Conflict(
+                f"session {self.session_id!r}: request computed at generation {generation}"
+                f" is stale (now {surface.replace_generation}) or its range moved")
+
+    async def compact(self, req: CompactionRequest) -> list[Event]:
+        """Append a compaction (start, summary, checkpoint replacing ``req.shadowed``,
+        end) as one atomic, persisted unit — or, with ``req.error``, a failed one
+        (start, end with the error). Raises ``Conflict`` when stale."""
+        async with self.lock:
+            self._touch()
+            self._check_current(req.generation, req.shadowed)
+            cid, turn = req.compaction_id, self._open_turn()
+            specs = [AppendSpec("compaction/start", {"compactionId": cid, "turn": turn})]
+            if req.error is None:
+                base = len(self.session)
+                shadowed = list(req.shadowed)
+                specs.append(AppendSpec("compaction/summary", {
+                    "compactionId": cid,
+                    "summary": req.summary,
+                    "shadowedRange": {"start": shadowed[0], "end": shadowed[-1]},
+                    "shadowedSeqs": shadowed,
+                    "shadowedTokenCount": req.shadowed_token_count,
+                    "provider": req.provider,
+                    "model": req.model,
+                }))
+                specs.append(AppendSpec(
+                    "user/message",
+                    {
+                        "id": req.checkpoint_id,
+                        "role": "user",
+                        "source": {"kind": "plugin", "plugin": "compact", "compactionId": cid},
+                        "content": [{"type": "text", "text": CHECKPOINT_INTRO},
+                                    *req.summary,
+                                    {"type": "text", "text": CHECKPOINT_OUTRO}],
+                    },
+                    surface_op=ReplaceOp(start=shadowed[0], end=shadowed[-1]),
+                    source_event_seqs=(base, base + 1, *shadowed),
+                ))
+                specs.append(AppendSpec("compaction/end", {"compactionId": cid, "turn": turn}))
+            else:
+                specs.append(AppendSpec("compaction/end", {"compactionId": cid, "turn": turn,
+                                                           "error": req.error}))
+            events = await self._commit(specs)
+            if req.error is None:
+                self.replaces += 1
+            return events
+
+    async def prune(self, req: PruneRequest) -> list[Event]:
+        """Append ``compaction/prune`` and a content-only rewrite of the tool result at
+        ``req.target`` as one unit. Raises ``Conflict`` when stale."""
+        async with self.lock:
+            self._touch()
+            # Any replace may have run since the pruner read the surface; what matters
+            # is that the target is still a current node.
+            if req.target not in self.session.surface.nodes:
+                self.conflicts += 1
+                raise Conflict(f"session {self.session_id!r}: seq {req.target} is no "
+                               "longer a surface node")
+            original = self.session.event(req.target)
+            if original.type != "tool/result":
+                raise Conflict(f"seq {req.target} is a {original.type}, not a tool/result")
+            base = len(self.session)
+            message = dict(original.data["message"])
+            block = {**message["content"][0], "content": req.content}
+            message["content"] = [block]
+            data: dict[str, Any] = {**original.data, "message": message}
+            specs = [
+                AppendSpec("compaction/prune", {
+                    "shadowedRange": {"start": req.target, "end": req.target},
+                    "shadowedSeqs": [req.target],
+                    "shadowedTokenCount": req.shadowed_token_count,
+                }),
+                AppendSpec("tool/result", data,
+                           surface_op=ReplaceOp(start=req.target, end=req.target),
+                           source_event_seqs=(base, req.target)),
+            ]
+            events = await self._commit(specs)
+            self.replaces += 1
+            return events
+
+    async def fork(self, boundary: int | None, child_id: str | None) -> SessionHeader:
+        """Store a child seeded with ``log[0..boundary]``; returns its header. The
+        child is activated like any session when first used. Raises ``ForkError``."""
+        async with self.lock:
+            self._touch()
+            if child_id is not None:
+                try:
+                    await self.store.header(child_id)
+                except SessionNotFound:
+                    pass
+                else:
+                    raise ForkError(SESSION_ALREADY_EXISTS,
+                                    f"session {child_id!r} already exists")
+            child = fork({self.session_id: self.session}, self.session_id, boundary, child_id)
+            assert child.header is not None
+            await self.store.create(child.header, list(child.log))
+            return child.header
+
+    async def flush(self) -> None:
+        """Wait until everything this host accepted is durable."""
+        self._touch()
+        await self.store.flush_session(self.session_id)
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def events(self, since_seq: int = 0, limit: int | None = None) -> list[Event]:
+        self._touch()
+        return self.session.events(since_seq, limit)
+
+    def surface(self) -> SurfaceSnapshot:
+        self._touch()
+        return self.session.snapshot()
+
+    def surface_events(self) -> tuple[SurfaceSnapshot, list[Event]]:
+        """The surface and the event of each node, for compactors and pruners."""
+        self._touch()
+        snap = self.session.snapshot()
+        return snap, [self.session.event(s) for s in snap.nodes]
+
+    def derive_messages(self, as_of: int | None = None) -> list[dict[str, Any]]:
+        self._touch()
+        return self.session.derive_messages(as_of).to_list()
+
+    def fold(self) -> list[Replacement]:
+        self._touch()
+        return list(self.session.replacements())
+
+    def stats(self) -> SessionStats:
+        surface = self.session.surface
+        return SessionStats(
+            session_id=self.session_id,
+            length=len(self.session),
+            nodes=len(surface.nodes),
+            replace_generation=surface.replace_generation,
+            epoch=self.epoch,
+            appends=self.appends,
+            replaces=self.replaces,
+            conflicts=self.conflicts,
+            activated_at_ms=self.activated_at_ms,
+            last_activity_ms=now_ms() - int((time.monotonic() - self.last_activity) * 1000),
+            activation_ms=self.activation_ms,
+            pid=os.getpid(),
+        )
+
+    async def passivate(self) -> None:
+        """Flush and stop serving; later requests raise ``SessionUnavailable``."""
+        async with self.lock:
+            if self.closed is None:
+                await self.store.flush_session(self.session_id)
+                self.closed = "passivated"
+
+
+__all__ = ["APPEND", "SessionHost"]

@@ -1,0 +1,213 @@
+"""The journal: one Ray actor per database file owns the SQLite connection and commits
+the batches of every session together (group commit), like Akka Persistence's journal.
+
+``JournalActor`` wraps the in-process ``SqliteEventStore``; ``JournalStore`` is the
+``EventStore`` a session actor uses to reach it. Durable appends await the journal's
+commit. Buffered appends return at once: they are queued in the session actor's process
+and shipped to the journal in order by one sender task, batches of many sessions in one
+call; a failure is kept for its session and raised by that session's next append or
+flush.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+
+from surfacelog.schema.events import Event
+from surfacelog.schema.header import SessionHeader
+from surfacelog.session.session import Session
+from surfacelog.store.base import EventStore, OpenedSession, SessionInfo
+from surfacelog.store.sqlite import SqliteEventStore
+
+NAMESPACE = "surfacelog"
+
+
+def db_key(db: str) -> str:
+    """A short stable key for a database path (names the actors that serve it)."""
+    return hashlib.sha1(os.path.abspath(db).encode()).hexdigest()[:10]
+
+
+def journal_name(db: str) -> str:
+    return f"journal:{db_key(db)}"
+
+
+class JournalActor:
+    """Owns the database file's one writer connection. Every method forwards to the
+    in-process store; errors cross Ray as the store's own exception types."""
+
+    def __init__(self, db: str, store_options: dict[str, Any]) -> None:
+        self._db = db
+        self._options = store_options
+        self._store: SqliteEventStore | None = None
+        self._opening = asyncio.Lock()
+
+    async def _get(self) -> SqliteEventStore:
+        if self._store is None:
+            async with self._opening:
+                if self._store is None:
+                    self._store = await SqliteEventStore.open(self._db, **self._options)
+        return self._store
+
+    async def ready(self) -> str:
+        """Open the database (bump-and-reject happens here); returns its path."""
+        await self._get()
+        return self._db
+
+    async def create(self, header: SessionHeader, events: Sequence[Event]) -> int:
+        result = await (await self._get()).create(header, events)
+        return result
+
+    async def open_session(self, session_id: str) -> OpenedSession:
+        result = await (await self._get()).open_session(session_id)
+        return result
+
+    async def append(self, session_id: str, events: Sequence[Event], epoch: int,
+                     durable: bool) -> None:
+        await (await self._get()).append(session_id, events, epoch=epoch, durable=durable)
+
+    async def append_many(
+        self, batches: list[tuple[str, list[Event], int]],
+    ) -> list[BaseException | None]:
+        """Commit several sessions' batches (in order per session); one result each."""
+        store = await self._get()
+        results = await asyncio.gather(
+            *(store.append(sid, events, epoch=epoch, durable=True)
+              for sid, events, epoch in batches),
+            return_exceptions=True,
+        )
+        return list(results)
+
+    async def flush(self) -> None:
+        await (await self._get()).flush()
+
+    async def header(self, session_id: str) -> SessionHeader:
+        result = await (await self._get()).header(session_id)
+        return result
+
+    async def read_since(self, session_id: str, since_seq: int,
+                         limit: int | None) -> list[Event]:
+        result = await (await self._get()).read_since(session_id, since_seq, limit)
+        return result
+
+    async def load(self, session_id: str) -> Session:
+        result = await (await self._get()).load(session_id)
+        return result
+
+    async def list_sessions(self) -> list[SessionInfo]:
+        result = await (await self._get()).list_sessions()
+        return result
+
+    async def stats(self) -> dict[str, Any]:
+        """The store's commit counters (commits, events committed...)."""
+        store = await self._get()
+        return dict(store.stats()) if hasattr(store, "stats") else {}
+
+    async def close(self) -> None:
+        if self._store is not None:
+            await self._store.close()
+            self._store = None
+
+
+class JournalStore(EventStore):
+    """``EventStore`` over a journal actor handle, for use inside session actors."""
+
+    def __init__(self, journal: Any) -> None:
+        self._journal = journal
+        self._queue: list[tuple[str, list[Event], int]] = []
+        self._wakeup = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._sender: asyncio.Task[None] | None = None
+        self._failed: dict[str, BaseException] = {}
+
+    async def create(self, header: SessionHeader, events: Sequence[Event] = ()) -> int:
+        epoch: int = await self._journal.create.remote(header, list(events))
+        return epoch
+
+    async def open_session(self, session_id: str) -> OpenedSession:
+        self._failed.pop(session_id, None)
+        opened: OpenedSession = await self._journal.open_session.remote(session_id)
+        return opened
+
+    def _raise_failed(self, session_id: str) -> None:
+        exc = self._failed.pop(session_id, None)
+        if exc is not None:
+            raise exc
+
+    async def append(self, session_id: str, events: Sequence[Event], *, epoch: int,
+                     durable: bool = True) -> None:
+        self._raise_failed(session_id)
+        if durable:
+            await self.flush_session_queue()
+            await self._journal.append.remote(session_id, list(events), epoch, True)
+            return
+        self._queue.append((session_id, list(events), epoch))
+        self._idle.clear()
+        self._wakeup.set()
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.get_running_loop().create_task(self._send_loop())
+
+    async def _send_loop(self) -> None:
+        while True:
+            if not self._queue:
+                self._idle.set()
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            batches, self._queue = self._queue, []
+            try:
+                results = await self._journal.append_many.remote(batches)
+            except Exception as exc:  # the journal is unreachable: fail every batch
+                results = [exc] * len(batches)
+            for (sid, _events, _epoch), result in zip(batches, results, strict=True):
+                if result is not None and sid not in self._failed:
+                    self._failed[sid] = result
+
+    async def flush_session_queue(self) -> None:
+        """Wait until every buffered batch reached the journal and was committed."""
+        if self._queue or not self._idle.is_set():
+            await self._idle.wait()
+
+    async def flush(self) -> None:
+        """Everything shipped and committed. A buffered batch's failure is raised by its
+        own session's ``flush_session`` or next append, not here."""
+        await self.flush_session_queue()
+        await self._journal.flush.remote()
+
+    async def flush_session(self, session_id: str) -> None:
+        """Flush, raising only a failure that belongs to ``session_id``."""
+        await self.flush_session_queue()
+        await self._journal.flush.remote()
+        self._raise_failed(session_id)
+
+    async def header(self, session_id: str) -> SessionHeader:
+        header: SessionHeader = await self._journal.header.remote(session_id)
+        return header
+
+    async def read_since(self, session_id: str, since_seq: int = 0,
+                         limit: int | None = None) -> list[Event]:
+        events: list[Event] = await self._journal.read_since.remote(session_id, since_seq,
+                                                                      limit)
+        return events
+
+    async def load(self, session_id: str) -> Session:
+        session: Session = await self._journal.load.remote(session_id)
+        return session
+
+    async def list_sessions(self) -> list[SessionInfo]:
+        sessions: list[SessionInfo] = await self._journal.list_sessions.remote()
+        return sessions
+
+    async def close(self) -> None:
+        await self.flush_session_queue()
+        if self._sender is not None:
+            self._sender.cancel()
+
+
+RemoteJournal: Any = ray.remote(JournalActor)

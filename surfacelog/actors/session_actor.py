@@ -1,0 +1,202 @@
+"""The session actor: a Ray async actor hosting ``SessionHost``s.
+
+One class serves both placements. ``dedicated``: the actor is named by its session id
+and hosts that one session (the design card's shape); ``packed``: the actor is named by
+a shard number and hosts every session whose id hashes to it. Either way a session is
+activated on its first request (loaded from the store, crash-repaired), serves requests
+one mutation at a time, and passivates after ``idle_timeout_s`` without requests (a
+dedicated actor then exits, freeing its process). A crashed actor is restarted by Ray
+(``max_restarts``) and activates its sessions again through the same load path; the
+store's writer epoch fences whatever the previous incarnation still tries to write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import ray
+
+from surfacelog.actors.host import SessionHost
+from surfacelog.actors.journal import NAMESPACE, JournalStore, journal_name
+from surfacelog.actors.protocol import (
+    CompactionRequest,
+    Durability,
+    HostStats,
+    Placement,
+    PruneRequest,
+    SessionStats,
+    SessionUnavailable,
+)
+from surfacelog.schema.events import Event
+from surfacelog.schema.header import SessionHeader
+from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
+from surfacelog.store.base import WriterFenced
+
+T = TypeVar("T")
+
+
+def _memory() -> tuple[int, int | None]:
+    import psutil
+
+    proc = psutil.Process()
+    try:
+        full = proc.memory_full_info()
+        return int(full.rss), int(full.uss)
+    except (psutil.AccessDenied, AttributeError):
+        return int(proc.memory_info().rss), None
+
+
+class SessionHostActor:
+    """Hosts sessions of one database; every method names its session first."""
+
+    def __init__(self, db: str, placement: Placement, durability: Durability,
+                 idle_timeout_s: float | None) -> None:
+        self._journal = ray.get_actor(journal_name(db), namespace=NAMESPACE)
+        self._store = JournalStore(self._journal)
+        self._placement: Placement = placement
+        self._durability: Durability = durability
+        self._idle_timeout_s = idle_timeout_s
+        self._hosts: dict[str, SessionHost] = {}
+        self._activating: dict[str, asyncio.Lock] = {}
+        self._fenced: set[str] = set()
+        self._reaper: asyncio.Task[None] | None = None
+        self._activations = 0
+        self._passivations = 0
+
+    # -- activation ------------------------------------------------------------------
+
+    async def _host(self, session_id: str, create: bool) -> SessionHost:
+        host = self._hosts.get(session_id)
+        if host is not None and host.closed is None:
+            return host
+        if session_id in self._fenced:
+            raise SessionUnavailable(f"session {session_id!r}: this actor incarnation was "
+                                     "fenced by a newer writer")
+        lock = self._activating.setdefault(session_id, asyncio.Lock())
+        async with lock:
+            host = self._hosts.get(session_id)
+            if host is None or host.closed is not None:
+                host = await SessionHost.activate(session_id, self._store,
+                                                  durability=self._durability, create=create)
+                self._hosts[session_id] = host
+                self._activations += 1
+                self._start_reaper()
+            return host
+
+    async def _run(self, session_id: str, op: Callable[[SessionHost], Awaitable[T]],
+                   create: bool = True) -> T:
+        for attempt in (0, 1):
+            host = await self._host(session_id, create)
+            try:
+                return await op(host)
+            except SessionUnavailable:
+                # Passivated between lookup and lock: activate again, once.
+                if host.closed != "passivated" or attempt:
+                    raise
+            except WriterFenced:
+                self._fenced.add(session_id)
+                self._hosts.pop(session_id, None)
+                raise
+        raise AssertionError("unreachable")
+
+    async def _read(self, session_id: str, op: Callable[[SessionHost], T]) -> T:
+        # Reads wait for an in-flight mutation: they never see events whose write may
+        # still fail and be rolled back.
+        async def call(host: SessionHost) -> T:
+            async with host.lock:
+                return op(host)
+        return await self._run(session_id, call)
+
+    def _start_reaper(self) -> None:
+        if self._idle_timeout_s is not None and (self._reaper is None or self._reaper.done()):
+            self._reaper = asyncio.get_running_loop().create_task(self._reap())
+
+    async def _reap(self) -> None:
+        assert self._idle_timeout_s is not None
+        loop = asyncio.get_running_loop()
+        period = max(0.05, min(self._idle_timeout_s / 2, 5.0))
+        while self._hosts:
+            await asyncio.sleep(period)
+            now = loop.time()
+            for sid, host in list(self._hosts.items()):
+                if now - host.last_activity >= self._idle_timeout_s and not host.lock.locked():
+                    await host.passivate()
+                    if self._hosts.get(sid) is host:
+                        del self._hosts[sid]
+                        self._passivations += 1
+        if self._placement == "dedicated":
+            ray.actor.exit_actor()  # type: ignore[no-untyped-call]
+
+    # -- requests ----------------------------------------------------------------------
+
+    async def ping(self) -> None:
+        """A no-op round trip (the benchmark's baseline)."""
+
+    async def append(self, session_id: str, spec: AppendSpec,
+                     expected_seq: int | None = None) -> Event:
+        events = await self._run(session_id, lambda h: h.append_batch([spec], expected_seq))
+        return events[0]
+
+    async def append_batch(self, session_id: str, specs: Sequence[AppendSpec],
+                           expected_seq: int | None = None) -> list[Event]:
+        return await self._run(session_id, lambda h: h.append_batch(specs, expected_seq))
+
+    async def events(self, session_id: str, since_seq: int = 0,
+                     limit: int | None = None) -> list[Event]:
+        return await self._read(session_id, lambda h: h.events(since_seq, limit))
+
+    async def surface(self, session_id: str) -> SurfaceSnapshot:
+        return await self._read(session_id, lambda h: h.surface())
+
+    async def surface_events(self, session_id: str) -> tuple[SurfaceSnapshot, list[Event]]:
+        return await self._read(session_id, lambda h: h.surface_events())
+
+    async def derive_messages(self, session_id: str,
+                              as_of: int | None = None) -> list[dict[str, Any]]:
+        return await self._read(session_id, lambda h: h.derive_messages(as_of))
+
+    async def fold(self, session_id: str) -> list[Replacement]:
+        return await self._read(session_id, lambda h: h.fold())
+
+    async def compact(self, session_id: str, request: CompactionRequest) -> list[Event]:
+        return await self._run(session_id, lambda h: h.compact(request))
+
+    async def prune(self, session_id: str, request: PruneRequest) -> list[Event]:
+        return await self._run(session_id, lambda h: h.prune(request))
+
+    async def fork(self, session_id: str, boundary: int | None,
+                   child_id: str | None) -> SessionHeader:
+        return await self._run(session_id, lambda h: h.fork(boundary, child_id))
+
+    async def flush(self, session_id: str) -> None:
+        await self._run(session_id, lambda h: h.flush())
+
+    async def stats(self, session_id: str) -> SessionStats:
+        return await self._read(session_id, lambda h: h.stats())
+
+    async def passivate(self, session_id: str) -> bool:
+        """Flush and drop ``session_id`` now; False when it was not active here."""
+        host = self._hosts.pop(session_id, None)
+        if host is None:
+            return False
+        await host.passivate()
+        self._passivations += 1
+        return True
+
+    async def host_stats(self) -> HostStats:
+        rss, uss = _memory()
+        return HostStats(active_sessions=len(self._hosts), activations=self._activations,
+                         passivations=self._passivations, pid=os.getpid(), rss_bytes=rss,
+                         **({} if uss is None else {"uss_bytes": uss}))
+
+    async def shutdown(self) -> None:
+        """Passivate every session (flushing it); the actor then holds nothing."""
+        for sid in list(self._hosts):
+            await self.passivate(sid)
+        await self._store.flush()
+
+
+RemoteSessionHost: Any = ray.remote(SessionHostActor)
