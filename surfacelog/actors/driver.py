@@ -68,7 +68,7 @@ class SessionDriver:
         self.progress = progress
         self.started = started
         self.next_seq = 0
-        self.turn_seq = 0
+        self.turn_seq: int | None = None
 
     async def _resync(self) -> int:
         snap = await self.handle.surface()
@@ -114,15 +114,17 @@ class SessionDriver:
                            f"{MAX_RESENDS} resends")
 
     async def _check_turn_open(self) -> None:
-        before = self.next_seq
+        """Resync the tail; raise ``TurnInterrupted`` when crash repair closed our turn."""
         await self._resync()
-        since = min(before, self.turn_seq)
-        for event in await self.handle.events(since):
-            if event.type == "turn/end" and event.seq >= self.turn_seq:
+        if self.turn_seq is None:
+            return
+        for event in await self.handle.events(self.turn_seq):
+            if event.type == "turn/end":
                 raise TurnInterrupted(f"turn closed at seq {event.seq}")
 
     async def run_turn(self, turn: int) -> None:
         script, cfg = self.script, self.script.config
+        self.turn_seq = None
         opened = await self.send(script.turn_open(turn))
         self.turn_seq = opened[0].seq
         for step in range(1, cfg.steps + 1):

@@ -159,7 +159,8 @@ class SessionHost:
             f"session {self.session_id!r}: expected seq {expected_seq} but the log has "
             f"{length} events and they are not this request's")
 
-    def _open_turn(self) -> int | None:
+    def turn_open(self) -> int | None:
+        """The number of the turn the log is inside, or ``None``."""
         log = self.session.log
         for k in range(len(log) - 1, -1, -1):
             etype = log[k].type
@@ -194,7 +195,7 @@ class SessionHost:
         async with self.lock:
             self._touch()
             self._check_current(req.generation, req.shadowed)
-            cid, turn = req.compaction_id, self._open_turn()
+            cid, turn = req.compaction_id, self.turn_open()
             specs = [AppendSpec("compaction/start", {"compactionId": cid, "turn": turn})]
             if req.error is None:
                 base = len(self.session)

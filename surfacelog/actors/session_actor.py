@@ -114,6 +114,15 @@ class SessionHostActor:
         if self._idle_timeout_s is not None and (self._reaper is None or self._reaper.done()):
             self._reaper = asyncio.get_running_loop().create_task(self._reap())
 
+    def _idle(self, host: SessionHost, idle_s: float) -> bool:
+        """Passivate after ``idle_timeout_s`` when no turn is open. A session inside a
+        turn is waiting for its agent (a slow model, a long tool): passivating it would
+        make reactivation close the turn as interrupted, so it gets ten times longer."""
+        assert self._idle_timeout_s is not None
+        if idle_s < self._idle_timeout_s:
+            return False
+        return host.turn_open() is None or idle_s >= 10 * self._idle_timeout_s
+
     async def _reap(self) -> None:
         assert self._idle_timeout_s is not None
         loop = asyncio.get_running_loop()
@@ -122,7 +131,7 @@ class SessionHostActor:
             await asyncio.sleep(period)
             now = loop.time()
             for sid, host in list(self._hosts.items()):
-                if now - host.last_activity >= self._idle_timeout_s and not host.lock.locked():
+                if not host.lock.locked() and self._idle(host, now - host.last_activity):
                     await host.passivate()
                     if self._hosts.get(sid) is host:
                         del self._hosts[sid]

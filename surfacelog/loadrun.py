@@ -1,0 +1,265 @@
+"""``surfacelog run``: the actor-based load workload, its live display, report and
+verification.
+
+It hosts N sessions through the chosen placement, drives them with agent-loop driver
+actors, keeps a compaction actor and a pruner actor watching them, then reopens the
+database in a fresh process and checks that every session replays to exactly the surface
+and messages the live actors reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import ray
+
+from surfacelog.actors.client import Host, connect
+from surfacelog.actors.compactor import CompactorStats, RemoteCompactor, RemotePruner
+from surfacelog.actors.driver import DriverProgress, RemoteDriver
+from surfacelog.actors.protocol import Durability, Placement
+from surfacelog.actors.script import ScriptConfig
+from surfacelog.session.digest import SessionDigest, digest
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything ``surfacelog run`` takes from its command line."""
+
+    db: str = "surfacelog.db"
+    address: str | None = None
+    sessions: int = 50
+    turns: int = 5
+    placement: Placement = "packed"
+    packs: int = 4
+    drivers: int = 2
+    durability: Durability = "durable"
+    compact_at: int = 3000
+    prune_over: int = 4000
+    mode: str = "batch"
+    seed: int = 0
+    num_cpus: int | None = None
+
+
+@dataclass
+class Sample:
+    """One poll of the drivers: elapsed seconds and their summed counters."""
+
+    t: float
+    turns: int
+    events: int
+    errors: int
+    conflicts: int
+    compactions: int
+    prunes: int
+    p50_ms: float | None
+
+
+@dataclass
+class RunResult:
+    """What the run measured and what verification found."""
+
+    config: RunConfig
+    wall_s: float
+    progress: DriverProgress
+    compactor: CompactorStats
+    pruner: CompactorStats
+    store_bytes: int
+    live: dict[str, SessionDigest]
+    verified: bool
+    mismatches: list[str]
+    samples: list[Sample] = field(default_factory=list)
+    journal: dict[str, Any] = field(default_factory=dict)
+
+    def report(self) -> dict[str, Any]:
+        """The report as one JSON-ready object."""
+        lat = sorted(self.progress.latencies_ms)
+        p = self.progress
+        return {
+            "sessions": self.config.sessions,
+            "turns": self.config.turns,
+            "placement": self.config.placement,
+            "durability": self.config.durability,
+            "turns_done": p.turns_done,
+            "turns_interrupted": p.turns_interrupted,
+            "events": p.events,
+            "appends": p.appends,
+            "events_per_s": round(p.events / self.wall_s, 1) if self.wall_s else 0.0,
+            "append_latency_ms": {"p50": _pct(lat, 50), "p95": _pct(lat, 95),
+                                  "p99": _pct(lat, 99)},
+            "compactions": {"committed": self.compactor.committed,
+                            "failed": self.compactor.failed,
+                            "conflicts": self.compactor.conflicts,
+                            "gave_up": self.compactor.gave_up},
+            "prunes": {"committed": self.pruner.prunes, "conflicts": self.pruner.conflicts},
+            "conflicts_retried": p.conflicts + self.compactor.conflicts
+            + self.pruner.conflicts,
+            "errors": p.errors + self.compactor.errors + self.pruner.errors,
+            "last_error": p.last_error or self.compactor.last_error or self.pruner.last_error,
+            "log_events": sum(d.length for d in self.live.values()),
+            "store_bytes": self.store_bytes,
+            "journal": self.journal,
+            "wall_s": round(self.wall_s, 2),
+            "verification": {"passed": self.verified, "sessions": len(self.live),
+                             "mismatches": self.mismatches[:20]},
+        }
+
+
+def _pct(sorted_values: list[float], q: float) -> float | None:
+    if not sorted_values:
+        return None
+    k = min(len(sorted_values) - 1, max(0, round(q / 100 * (len(sorted_values) - 1))))
+    return round(sorted_values[k], 3)
+
+
+def store_bytes(db: str) -> int:
+    """Size of the database with its WAL and shared-memory files."""
+    return sum(os.path.getsize(p) for p in (db, db + "-wal", db + "-shm") if os.path.exists(p))
+
+
+def session_ids(n: int) -> list[str]:
+    """Stable ids, so a second run against the same database resumes the same sessions."""
+    return [f"run-{k:04d}" for k in range(n)]
+
+
+async def live_digests(host: Host, ids: list[str]) -> dict[str, SessionDigest]:
+    """What the live actors report for each session."""
+    async def one(sid: str) -> tuple[str, SessionDigest]:
+        handle = host.session(sid)
+        snap, messages = await asyncio.gather(handle.surface(), handle.derive_messages())
+        return sid, digest(snap.length, snap.nodes, snap.replace_generation, messages)
+    return dict(await asyncio.gather(*(one(s) for s in ids)))
+
+
+def replay_digests(db: str) -> dict[str, SessionDigest]:
+    """Replay every stored session in a fresh process (``surfacelog digest``)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "surfacelog.cli", "digest", db, "--json"],
+        check=True, capture_output=True, text=True)
+    raw = json.loads(out.stdout)
+    return {sid: msgspec.convert(d, SessionDigest) for sid, d in raw.items()}
+
+
+def compare(live: dict[str, SessionDigest], replayed: dict[str, SessionDigest]) -> list[str]:
+    """Every difference between the live and the replayed digests."""
+    problems = []
+    for sid, want in sorted(live.items()):
+        got = replayed.get(sid)
+        if got is None:
+            problems.append(f"{sid}: missing from the database")
+        elif got != want:
+            fields = [f for f in SessionDigest.__struct_fields__
+                      if getattr(got, f) != getattr(want, f)]
+            problems.append(f"{sid}: replay differs in {', '.join(fields)}")
+    return problems
+
+
+async def _poll(drivers: list[Any], compactor: Any, pruner: Any, started: float,
+                on_sample: Callable[[Sample, dict[str, Any]], None], done: asyncio.Event
+                ) -> list[Sample]:
+    samples: list[Sample] = []
+    while not done.is_set():
+        progress = await asyncio.gather(*(d.progress.remote() for d in drivers))
+        cstats, pstats = await asyncio.gather(compactor.stats.remote(), pruner.stats.remote())
+        recent = [x for p in progress for x in p["recent_latencies_ms"]]
+        sample = Sample(
+            t=time.time() - started,
+            turns=sum(p["turns_done"] + p["turns_interrupted"] for p in progress),
+            events=sum(p["events"] for p in progress),
+            errors=sum(p["errors"] for p in progress) + cstats.errors + pstats.errors,
+            conflicts=sum(p["conflicts"] for p in progress) + cstats.conflicts
+            + pstats.conflicts,
+            compactions=cstats.committed,
+            prunes=pstats.prunes,
+            p50_ms=statistics.median(recent) if recent else None,
+        )
+        samples.append(sample)
+        on_sample(sample, {"last_error": next((p["last_error"] for p in progress
+                                               if p["last_error"]), None)})
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(done.wait(), timeout=0.25)
+    return samples
+
+
+def _merge(parts: list[DriverProgress]) -> DriverProgress:
+    out = DriverProgress()
+    for p in parts:
+        out.sessions += p.sessions
+        out.turns_done += p.turns_done
+        out.turns_interrupted += p.turns_interrupted
+        out.events += p.events
+        out.appends += p.appends
+        out.conflicts += p.conflicts
+        out.errors += p.errors
+        out.finished += p.finished
+        out.last_error = out.last_error or p.last_error
+        out.latencies_ms.extend(p.latencies_ms)
+        out.append_times_ms.extend(p.append_times_ms)
+        out.surface_points.extend(p.surface_points)
+    return out
+
+
+async def run_workload(cfg: RunConfig,
+                       on_sample: Callable[[Sample, dict[str, Any]], None]) -> RunResult:
+    """Run the workload on an initialised Ray; returns the measured result, verified."""
+    db = os.path.abspath(cfg.db)
+    host = connect(db=db, placement=cfg.placement, packs=cfg.packs,
+                   durability=cfg.durability, idle_timeout_s=None)
+    ids = session_ids(cfg.sessions)
+    script = ScriptConfig(seed=cfg.seed, mode="chunk" if cfg.mode == "chunk" else "batch")
+    opts = {"num_cpus": 0, "max_concurrency": 1000}
+    compactor = RemoteCompactor.options(**opts).remote(
+        db, cfg.placement, cfg.durability, cfg.packs, compact_at=cfg.compact_at,
+        prune_over=cfg.prune_over)
+    pruner = RemotePruner.options(**opts).remote(
+        db, cfg.placement, cfg.durability, cfg.packs, compact_at=cfg.compact_at,
+        prune_over=cfg.prune_over)
+    await asyncio.gather(compactor.manage.remote(ids), pruner.manage.remote(ids))
+    n_drivers = max(1, min(cfg.drivers, len(ids)))
+    drivers = [RemoteDriver.options(**opts).remote(db, cfg.placement, cfg.durability, script,
+                                                   cfg.packs)
+               for _ in range(n_drivers)]
+    started = time.time()
+    await asyncio.gather(compactor.start.remote(0.3), pruner.start.remote(0.3))
+    done = asyncio.Event()
+    poller = asyncio.ensure_future(_poll(drivers, compactor, pruner, started, on_sample, done))
+    shares = [ids[k::n_drivers] for k in range(n_drivers)]
+    try:
+        try:
+            parts = await asyncio.gather(*(d.run.remote(share, cfg.turns, started)
+                                           for d, share in zip(drivers, shares, strict=True)))
+        finally:
+            cstats, pstats = await asyncio.gather(compactor.stop.remote(),
+                                                  pruner.stop.remote())
+            done.set()
+            samples = await poller
+        wall = time.time() - started
+        live = await live_digests(host, ids)
+        journal = await host.journal_stats()
+        await host.flush()
+        replayed = await asyncio.get_running_loop().run_in_executor(None, replay_digests, db)
+    finally:
+        for actor in (*drivers, compactor, pruner):
+            ray.kill(actor)
+        await asyncio.get_running_loop().run_in_executor(None, host.shutdown)
+    problems = compare(live, replayed)
+    return RunResult(cfg, wall, _merge(list(parts)), cstats, pstats, store_bytes(db), live,
+                     not problems, problems, samples, journal)
+
+
+def write_html(path: str | Path, result: RunResult) -> None:
+    """Write the self-contained HTML report."""
+    from surfacelog.htmlreport import render_report
+
+    Path(path).write_text(render_report(result), encoding="utf-8")

@@ -1,0 +1,22 @@
+"""Shared fixtures: one local Ray for the whole test session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def ray_local() -> Iterator[None]:
+    """``ray.init(num_cpus=2)`` once per test session, shut down at the end."""
+    import ray
+
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    ray.init(num_cpus=2, namespace="surfacelog", include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
