@@ -133,7 +133,7 @@ def render_report(result: RunResult) -> str:
     body = "".join(f"<section><h2>{html.escape(t)}</h2>{svg}</section>" for t, svg in charts)
     status = "passed" if result.verified else "FAILED"
     return (
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"/>"
         "<title>surfacelog run report</title><style>"
         "body{font-family:system-ui,sans-serif;margin:2em;max-width:820px}"
         "table{border-collapse:collapse}th,td{border:1px solid #ccc;padding:3px 8px;"

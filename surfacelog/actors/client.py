@@ -117,11 +117,14 @@ def connect(address: str | None = None, db: str = "surfacelog.db", *,
             placement: Placement = "dedicated", packs: int = 8,
             durability: Durability = "durable", idle_timeout_s: float | None = 600.0,
             store_options: dict[str, Any] | None = None,
+            journal_resources: dict[str, float] | None = None,
             **ray_init: Any) -> Host:
     """Connect to (or start) Ray and the journal of ``db``; returns a ``Host``.
 
     ``address=None`` starts an embedded local Ray unless one is initialised already.
-    Raises ``VersionRefused`` when ``db`` was written by another build.
+    ``journal_resources`` pins the journal actor to the node that holds the database
+    file (give that node a custom resource). Raises ``VersionRefused`` when ``db`` was
+    written by another build.
     """
     if not ray.is_initialized():
         ray.init(address=address, namespace=NAMESPACE, **ray_init)
@@ -129,7 +132,7 @@ def connect(address: str | None = None, db: str = "surfacelog.db", *,
     journal = RemoteJournal.options(
         name=journal_name(path), namespace=NAMESPACE, get_if_exists=True,
         lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,
-        max_concurrency=_MAX_CONCURRENCY,
+        max_concurrency=_MAX_CONCURRENCY, resources=journal_resources or {},
     ).remote(path, store_options or {})
     try:
         ray.get(journal.ready.remote())

@@ -1,0 +1,108 @@
+"""The main job end to end (``surfacelog run``), ``inspect`` and the HTML report."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from surfacelog.cli import app
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "examples"
+runner = CliRunner()
+
+
+def run_json(db: Path, *extra: str) -> dict:  # type: ignore[type-arg]
+    result = runner.invoke(app, ["run", "--db", str(db), "--json", *extra])
+    assert result.exit_code == 0, result.output
+    line = [s for s in result.stdout.splitlines() if s.startswith("{")][-1]
+    return json.loads(line)  # type: ignore[no-any-return]
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_run_reports_consistent_figures_and_verifies(tmp_path: Path) -> None:
+    db = tmp_path / "run.db"
+    html = tmp_path / "report.html"
+    report = run_json(db, "--sessions", "4", "--turns", "3", "--compact-at", "600",
+                      "--report", str(html))
+    assert report["verification"] == {"passed": True, "sessions": 4, "mismatches": []}
+    assert report["errors"] == 0
+    assert report["turns_done"] + report["turns_interrupted"] == 12
+    assert report["events"] > 0 and report["appends"] > 0
+    # Every appended event is in the logs; the rest are seed markers and compactions'
+    # own batches, never fewer.
+    assert report["log_events"] >= report["events"]
+    assert report["journal"]["events"] >= report["events"]
+    lat = report["append_latency_ms"]
+    assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"]
+    assert report["events_per_s"] == pytest.approx(report["events"] / report["wall_s"],
+                                                   rel=0.05)
+    assert report["compactions"]["committed"] >= 1
+    assert report["store_bytes"] > 0 and db.exists()
+
+    # The HTML report is well-formed and has one chart per metric.
+    text = html.read_text(encoding="utf-8")
+    root = ET.fromstring(text.replace("<!DOCTYPE html>", ""))
+    svgs = [el for el in root.iter() if el.tag.endswith("svg")]
+    assert sorted(el.get("id") for el in svgs) == ["latency", "surface", "throughput"]
+    assert all(any(c.tag.endswith("polyline") for c in el.iter()) for el in svgs)
+    assert "http://" not in text.replace("http://www.w3.org/2000/svg", "")
+    assert "<script" not in text
+
+    # A second run resumes the same sessions: their logs grow, nothing is lost.
+    before = _digests(db)
+    again = run_json(db, "--sessions", "4", "--turns", "1")
+    assert again["verification"]["passed"]
+    after = _digests(db)
+    assert set(after) == set(before)
+    for sid, d in before.items():
+        assert after[sid]["length"] > d["length"]
+    assert again["log_events"] > report["log_events"]
+
+
+def _digests(db: Path) -> dict:  # type: ignore[type-arg]
+    result = runner.invoke(app, ["digest", str(db), "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def test_inspect_a_known_database(tmp_path: Path) -> None:
+    db = tmp_path / "known.db"
+    src = EXAMPLES / "nested-replaces.jsonl"
+    expected = json.loads((EXAMPLES / "nested-replaces.expected.json").read_text())
+    imported = runner.invoke(app, ["import", str(db), str(src)])
+    assert imported.exit_code == 0, imported.output
+    listing = runner.invoke(app, ["inspect", str(db)], terminal_width=200)
+    assert listing.exit_code == 0, listing.output
+    rows = [line for line in listing.output.splitlines() if "│" in line and "session" not in line]
+    assert len(rows) == 1
+    cells = [c.strip() for c in rows[0].split("│") if c.strip()]
+    session_id, events, nodes, generation = cells[0], int(cells[1]), int(cells[2]), int(cells[3])
+    assert events == len(src.read_text().splitlines())
+    assert nodes == len(expected["nodes"])
+    assert generation == len(expected["replacements"])
+
+    tree = runner.invoke(app, ["inspect", str(db), session_id], terminal_width=200)
+    assert tree.exit_code == 0, tree.output
+    top = [int(m) for m in re.findall(r"^[├└]── (\d+) ", tree.output, re.M)]
+    assert top == expected["nodes"]
+    outer = expected["replacements"][-1]
+    assert f"replaces {outer['start']}..{outer['end']}" in tree.output
+    for inner in expected["replacements"]:
+        for seq in inner["shadowedSeqs"]:
+            assert re.search(rf"── {seq} ", tree.output), seq
+
+    # As of a seq before the first replacement, the surface is the plain appends.
+    first = expected["replacements"][0]["seq"]
+    past = runner.invoke(app, ["inspect", str(db), session_id, "--at", str(first - 1)],
+                         terminal_width=200)
+    assert past.exit_code == 0, past.output
+    assert not re.search(r"replaces \d+\.\.\d+", past.output)
+    assert f"as of seq {first - 1}" in past.output
+
+    missing = runner.invoke(app, ["inspect", str(db), "nope"])
+    assert missing.exit_code == 1
