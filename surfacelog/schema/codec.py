@@ -22,14 +22,13 @@ from surfacelog.schema.header import SessionHeader, header_from_json, header_to_
 
 _ENCODER = msgspec.json.Encoder()
 _EVENT_DECODER = msgspec.json.Decoder(Event)
-_EVENTS_DECODER = msgspec.json.Decoder(list[Event])
 _ANY_DECODER = msgspec.json.Decoder()
 
 
 class _LooseEvent(Struct, rename="camel", forbid_unknown_fields=True):
     """The envelope with every value raw, to read events the strict decoder refuses."""
 
-    type: Any = UNSET
+    type: str | UnsetType = UNSET
     seq: Raw | UnsetType = UNSET
     time: Raw | UnsetType = UNSET
     data: Any = UNSET
@@ -51,7 +50,12 @@ def _value(raw: Raw) -> Any:
         return [_value(item) for item in msgspec.json.decode(text, type=list[Raw])]
     if text.startswith(b"{"):
         return {k: _value(v) for k, v in msgspec.json.decode(text, type=dict[str, Raw]).items()}
-    return _ANY_DECODER.decode(text)
+    try:
+        return _ANY_DECODER.decode(text)
+    except msgspec.ValidationError:
+        # A number beyond the float range (``1e400``) reads as an infinity, as JSON.parse
+        # reads it; the integer checks then refuse it.
+        return float(text)
 
 
 def _surface_op(raw: Raw | UnsetType) -> Any:
@@ -77,8 +81,9 @@ def _loose_event(line: bytes, where: str) -> Event:
         seqs = tuple(seqs)
     seq: Any = UNSET if loose.seq is UNSET else _value(loose.seq)
     time: Any = UNSET if loose.time is UNSET else _value(loose.time)
+    etype: Any = loose.type  # a string, or UNSET for a missing key (the session refuses)
     return Event(
-        type=loose.type,
+        type=etype,
         seq=seq,
         time=time,
         data=loose.data,
@@ -138,21 +143,25 @@ def _is_header_line(line: bytes) -> bool:
 def decode_log(content: bytes) -> LogFile:
     """Decode JSONL: an optional header line, then one event per line; blank lines are
     skipped. Raises ``DecodeError`` naming the line number of the first bad line."""
-    lines = [line for line in content.splitlines() if line.strip()]
+    # Line numbers are physical (blank lines count) so that an error names the line an
+    # editor shows. Each line is decoded on its own: decoding the lines joined into one
+    # JSON array would accept an event split over two lines, which is not JSONL.
+    numbered = [(n, line) for n, line in enumerate(content.splitlines(), 1) if line.strip()]
     header: SessionHeader | None = None
-    if lines and _is_header_line(lines[0]):
-        header = header_from_json(_ANY_DECODER.decode(lines[0]))
-        lines = lines[1:]
-        first_line = 2
-    else:
-        first_line = 1
-    if b"-0" not in content:
-        # One decoder call for the whole file; per-line decoding only to place an error.
-        try:
-            return LogFile(header, _EVENTS_DECODER.decode(b"[" + b",".join(lines) + b"]"))
-        except msgspec.DecodeError:
-            pass
-    events = [decode_event(line, f"line {n}") for n, line in enumerate(lines, first_line)]
+    if numbered and _is_header_line(numbered[0][1]):
+        header = header_from_json(_ANY_DECODER.decode(numbered[0][1]))
+        numbered = numbered[1:]
+    events: list[Event] = []
+    append = events.append
+    decode = _EVENT_DECODER.decode
+    for n, line in numbered:
+        if b"-0" not in line:
+            try:
+                append(decode(line))
+                continue
+            except msgspec.DecodeError:
+                pass
+        append(decode_event(line, f"line {n}"))
     return LogFile(header, events)
 
 
