@@ -9,6 +9,8 @@ same actor for the same session. Handles unwrap Ray's task errors, so a caller c
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import concurrent.futures
 import os
 import zlib
 from collections.abc import Sequence
@@ -34,6 +36,24 @@ from surfacelog.store.base import SessionInfo
 
 RETRIES = 5
 _MAX_CONCURRENCY = 10_000
+
+
+async def _passivate_all(actor: Any) -> None:
+    # A dedicated actor exits after passivating its idle session: it has nothing left
+    # to flush, and a crashed one lost nothing that was acknowledged.
+    with contextlib.suppress(RayActorError):
+        await actor.shutdown.remote()
+
+
+def _run_sync(coro: Any) -> None:
+    """Run ``coro`` to completion from sync code, inside or outside an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(coro)
+        return
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, coro).result()
 
 
 def _unwrap(exc: RayTaskError) -> BaseException:
@@ -97,14 +117,17 @@ class Host:
                                            for a in self._actors.values())))
 
     async def flush(self) -> None:
-        """Flush every session actor this client has resolved, then the journal."""
-        await asyncio.gather(*(a.shutdown.remote() for a in list(self._actors.values())))
+        """Passivate (flush) every session actor this client has resolved, then flush
+        the journal."""
+        await asyncio.gather(*(_passivate_all(a) for a in list(self._actors.values())))
         await self.journal.flush.remote()
 
     def shutdown(self) -> None:
         """Passivate (flush) and kill every actor this client resolved, and the journal."""
-        refs = [a.shutdown.remote() for a in self._actors.values()]
-        ray.get(refs)
+        async def passivate() -> None:
+            await asyncio.gather(*(_passivate_all(a) for a in self._actors.values()))
+
+        _run_sync(passivate())
         ray.get(self.journal.flush.remote())
         for actor in self._actors.values():
             ray.kill(actor, no_restart=True)

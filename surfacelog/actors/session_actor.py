@@ -136,8 +136,10 @@ class SessionHostActor:
                     if self._hosts.get(sid) is host:
                         del self._hosts[sid]
                         self._passivations += 1
-        if self._placement == "dedicated":
-            ray.actor.exit_actor()  # type: ignore[no-untyped-call]
+                        if self._placement == "dedicated" and not self._hosts:
+                            # Its one session went idle: free the process. The next
+                            # request creates a new actor under the same name.
+                            ray.actor.exit_actor()  # type: ignore[no-untyped-call]
 
     # -- requests ----------------------------------------------------------------------
 
