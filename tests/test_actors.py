@@ -12,7 +12,7 @@ import ray
 from surfacelog.actors.client import Host, connect
 from surfacelog.actors.compactor import RemoteCompactor
 from surfacelog.actors.driver import DriverProgress, RemoteDriver, SessionDriver
-from surfacelog.actors.protocol import Conflict
+from surfacelog.actors.protocol import CompactionRequest, Conflict
 from surfacelog.actors.script import AgentScript, ScriptConfig
 from surfacelog.actors.session_actor import RemoteSessionHost
 from surfacelog.loadrun import compare, live_digests, replay_digests
@@ -51,6 +51,10 @@ async def test_errors_cross_ray_intact(tmp_path: Path, placement: str) -> None:
         again = await s.append("turn/start", {"turn": 1}, expected_seq=0)
         assert again == first
         assert (await s.surface()).length == 1
+        stale = CompactionRequest(compaction_id="c", generation=3, shadowed=(0,),
+                                  summary=[], shadowed_token_count=1, checkpoint_id="k")
+        with pytest.raises(Conflict, match="stale"):
+            await s.replace(stale)
     finally:
         host.shutdown()
 

@@ -239,6 +239,11 @@ class SessionHandle:
         events: list[Event] = await self._call("prune", request, idempotent=True)
         return events
 
+    async def replace(self, request: CompactionRequest | PruneRequest) -> list[Event]:
+        """Send a replace request (compaction or prune); ``Conflict`` when stale."""
+        events: list[Event] = await self._call("replace", request, idempotent=True)
+        return events
+
     async def fork(self, boundary: int | None = None,
                    child_id: str | None = None) -> SessionHandle:
         """Fork a child seeded with ``log[0..boundary]``; returns its handle."""

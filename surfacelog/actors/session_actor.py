@@ -178,6 +178,13 @@ class SessionHostActor:
     async def prune(self, session_id: str, request: PruneRequest) -> list[Event]:
         return await self._run(session_id, lambda h: h.prune(request))
 
+    async def replace(self, session_id: str,
+                      request: CompactionRequest | PruneRequest) -> list[Event]:
+        """The protocol's ``replace``: a compaction or a prune request."""
+        if isinstance(request, PruneRequest):
+            return await self.prune(session_id, request)
+        return await self.compact(session_id, request)
+
     async def fork(self, session_id: str, boundary: int | None,
                    child_id: str | None) -> SessionHeader:
         return await self._run(session_id, lambda h: h.fork(boundary, child_id))
