@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,6 +17,14 @@ from surfacelog.session import (
     interrupted_turn_closers,
     replay,
     upgrade_legacy,
+)
+from surfacelog.store import (
+    SqliteEventStore,
+    StoreError,
+    VerifyFailure,
+    export_session,
+    import_log,
+    verify_store,
 )
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -120,6 +129,179 @@ def repair(file: Annotated[Path, typer.Argument(help="JSONL session log")],
         console.print(encode_json(event).decode(), markup=False, soft_wrap=True)
 
 
+# -- store commands -------------------------------------------------------------------
+
+DbArg = Annotated[Path, typer.Argument(help="SQLite store file")]
+
+
+async def _open_store(db: Path, *, create: bool) -> SqliteEventStore:
+    try:
+        return await SqliteEventStore.open(db, create=create)
+    except (StoreError, OSError) as exc:
+        typer.echo(f"cannot open store {db}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+
+@app.command()
+def export(db: DbArg, session: Annotated[str, typer.Argument(help="session id")],
+           output: Annotated[Path | None, typer.Option("-o", "--output",
+                                                       help="write here, not stdout")] = None,
+           ) -> None:
+    """Write a stored session as DSH JSONL: its header line, then one event per line.
+
+    Exit 1 when the session is missing or unreadable, 2 when the store cannot be opened.
+    """
+    async def run() -> bytes:
+        store = await _open_store(db, create=False)
+        try:
+            return await export_session(store, session)
+        finally:
+            await store.close()
+
+    try:
+        content = asyncio.run(run())
+    except StoreError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from exc
+    if output is None:
+        sys.stdout.buffer.write(content)
+        sys.stdout.flush()
+    else:
+        output.write_bytes(content)
+
+
+@app.command(name="import")
+def import_(db: DbArg, files: FileArgs, legacy: LegacyOpt = False) -> None:
+    """Store each JSONL log as a new session (its header line's id, else the file name
+    without extension), after validating it through the core.
+
+    Exit 0 when every file was imported, 1 when a log is invalid or its session already
+    exists, 2 when a file cannot be read or is not JSONL or the store cannot be opened.
+    """
+    async def run() -> int:
+        status = 0
+        store = await _open_store(db, create=True)
+        try:
+            for path in files:
+                try:
+                    log = _read(path, legacy)
+                    header = await import_log(store, log, path)
+                except _Unreadable as exc:
+                    typer.echo(str(exc), err=True)
+                    status = 2
+                except (LogError, StoreError) as exc:
+                    typer.echo(f"{path}: not imported: {exc}", err=True)
+                    status = max(status, 1)
+                else:
+                    typer.echo(f"{path}: imported as session {header.id} "
+                               f"({len(log.events)} events)")
+        finally:
+            await store.close()
+        return status
+
+    raise typer.Exit(asyncio.run(run()))
+
+
+@app.command()
+def verify(db: DbArg) -> None:
+    """Reload every stored session through the full validation; print each failure by
+    session and seq.
+
+    Exit 0 when every session loads, 1 when one does not, 2 when the store cannot be
+    opened.
+    """
+    async def run() -> tuple[int, list[VerifyFailure]]:
+        store = await _open_store(db, create=False)
+        try:
+            return await verify_store(store)
+        finally:
+            await store.close()
+
+    checked, failures = asyncio.run(run())
+    for failure in failures:
+        where = "-" if failure.seq is None else str(failure.seq)
+        typer.echo(f"FAIL session {failure.session_id} seq {where}: {failure.message}")
+    typer.echo(f"{checked} session(s) checked, {len(failures)} failed")
+    raise typer.Exit(1 if failures else 0)
+
+
+@app.command()
+def digest(db: Annotated[Path, typer.Argument(help="SQLite database")],
+           json: JsonOpt = False) -> None:
+    """Replay every stored session and print its digest (length, nodes, generation,
+    message ids, hash of the messages). ``run`` compares these with the live actors."""
+    import asyncio
+
+    import msgspec
+
+    from surfacelog.store.digests import store_digests
+
+    digests = asyncio.run(store_digests(str(db)))
+    if json:
+        sys.stdout.write(encode_json(msgspec.to_builtins(digests)).decode() + "\n")
+        return
+    from rich.table import Table
+
+    table = Table("session", "events", "nodes", "generation", "messages", "sha256")
+    for sid, d in digests.items():
+        table.add_row(sid, str(d.length), str(len(d.nodes)), str(d.replace_generation),
+                      str(len(d.message_ids)), d.messages_sha256[:16])
+    Console().print(table)
+
+
+@app.command()
+def inspect(db: Annotated[Path, typer.Argument(help="SQLite database")],
+            session: Annotated[str | None, typer.Argument(help="session id")] = None,
+            at: Annotated[int | None, typer.Option("--at", help="as of this seq")] = None,
+            ) -> None:
+    """Without SESSION: a table of sessions. With it: the surface as a tree, each
+    replacement expanded to the events it shadowed (``--at``: as of a past seq)."""
+    from surfacelog.inspection import inspect_db
+
+    raise typer.Exit(inspect_db(str(db), session, at, Console()))
+
+
+@app.command()
+def run(
+    sessions: Annotated[int, typer.Option(help="sessions to host")] = 50,
+    turns: Annotated[int, typer.Option(help="turns per session")] = 5,
+    placement: Annotated[str, typer.Option(help="packed | dedicated")] = "packed",
+    packs: Annotated[int, typer.Option(help="session actors in packed placement")] = 4,
+    drivers: Annotated[int, typer.Option(help="agent-loop driver actors")] = 2,
+    compact_at: Annotated[int, typer.Option(help="compact a surface above this many "
+                                                 "estimated tokens")] = 3000,
+    prune_over: Annotated[int, typer.Option(help="prune tool results over this many "
+                                                 "characters")] = 4000,
+    durability: Annotated[str, typer.Option(help="durable | buffered")] = "durable",
+    mode: Annotated[str, typer.Option(help="batch | chunk: a step's chunks in one "
+                                           "append_batch or one append each")] = "batch",
+    db: Annotated[Path, typer.Option(help="SQLite database file")] = Path("surfacelog.db"),
+    address: Annotated[str | None, typer.Option(help="join this Ray cluster instead of "
+                                                     "starting a local one")] = None,
+    report: Annotated[Path | None, typer.Option(help="write an HTML report here")] = None,
+    seed: Annotated[int, typer.Option(help="seed of the scripted agents")] = 0,
+    json: JsonOpt = False,
+) -> None:
+    """The load workload: host sessions as Ray actors, drive them with scripted agents
+    while compaction and pruning actors work, report, then verify the database replays
+    to exactly what the live actors reported. Exit 0 only if verification passed."""
+    from surfacelog.runview import run_command
+
+    if placement not in ("packed", "dedicated") or durability not in ("durable", "buffered") \
+            or mode not in ("batch", "chunk"):
+        raise typer.BadParameter("placement: packed|dedicated, durability: "
+                                 "durable|buffered, mode: batch|chunk")
+    raise typer.Exit(run_command(
+        sessions=sessions, turns=turns, placement=placement, packs=packs, drivers=drivers,
+        compact_at=compact_at, prune_over=prune_over, durability=durability, mode=mode,
+        db=str(db), address=address, report=None if report is None else str(report),
+        seed=seed, as_json=json))
+
+
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+if __name__ == "__main__":
+    main()

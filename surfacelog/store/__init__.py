@@ -1,1 +1,44 @@
 """Persistence: the EventStore interface and its aiosqlite implementation."""
+
+from surfacelog.store.base import (
+    BadEvent,
+    CommitFailed,
+    CorruptStore,
+    EventStore,
+    OpenedSession,
+    SeqMismatch,
+    SessionExists,
+    SessionInfo,
+    SessionNotFound,
+    StoreError,
+    VersionRefused,
+    WriterFenced,
+)
+from surfacelog.store.jsonl import export_session, import_log
+from surfacelog.store.schema_check import APPLICATION_ID, SCHEMA_VERSION
+from surfacelog.store.sqlite import SqliteEventStore
+from surfacelog.store.verify import VerifyFailure, verify_store
+from surfacelog.store.writer import WriterStats
+
+__all__ = [
+    "APPLICATION_ID",
+    "SCHEMA_VERSION",
+    "BadEvent",
+    "CommitFailed",
+    "CorruptStore",
+    "EventStore",
+    "OpenedSession",
+    "SeqMismatch",
+    "SessionExists",
+    "SessionInfo",
+    "SessionNotFound",
+    "SqliteEventStore",
+    "StoreError",
+    "VerifyFailure",
+    "VersionRefused",
+    "WriterFenced",
+    "WriterStats",
+    "export_session",
+    "import_log",
+    "verify_store",
+]

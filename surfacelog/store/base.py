@@ -26,7 +26,20 @@ class StoreError(Exception):
 
 
 class CorruptStore(StoreError):
-    """Stored rows cannot be decoded or break the log's rules."""
+    """Stored rows cannot be decoded or break the log's rules.
+
+    ``session_id`` and ``seq`` name where (``seq`` is ``None`` when the problem is not
+    about one event, e.g. an unreadable header or a wrong row count).
+    """
+
+    def __init__(self, message: str, session_id: str | None = None,
+                 seq: int | None = None) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.seq = seq
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.args[0], self.session_id, self.seq))
 
 
 class VersionRefused(StoreError):
@@ -39,6 +52,21 @@ class SeqMismatch(StoreError):
 
 class WriterFenced(StoreError):
     """The writer's epoch is stale: another writer took the session; nothing was written."""
+
+
+class BadEvent(StoreError):
+    """An event cannot be stored as a row (a value that is not JSON, a field of the wrong
+    type or out of range). The store does not validate surface rules: events are
+    expected to come from a ``Session``. Nothing of the batch was written."""
+
+
+class CommitFailed(StoreError):
+    """A group commit failed (disk I/O error, database locked past the busy timeout...).
+
+    The batches of that group are not durable but not lost either: they stay queued in
+    order and are tried again at the next append or ``flush``. The SQLite error is the
+    ``__cause__``.
+    """
 
 
 class SessionExists(StoreError):

@@ -1,0 +1,32 @@
+-- The surfacelog SQLite schema (SPEC section 12).
+--
+-- surfacelog.store.schema_check sets PRAGMA application_id and PRAGMA user_version
+-- (SCHEMA_VERSION) when it creates a database, and refuses any file whose pragmas or
+-- table definitions differ from this file (bump-and-reject, no migration). Bump
+-- SCHEMA_VERSION with every change here.
+
+-- One row per session: its header (JSON text of the SessionHeader), the writer epoch
+-- that fences stale writers, and the next seq an append must start at.
+CREATE TABLE sessions (
+    id           TEXT    NOT NULL PRIMARY KEY,
+    header       TEXT    NOT NULL,
+    created_at   INTEGER NOT NULL,
+    writer_epoch INTEGER NOT NULL CHECK (writer_epoch >= 1),
+    next_seq     INTEGER NOT NULL CHECK (next_seq >= 0),
+    last_time    INTEGER
+) STRICT, WITHOUT ROWID;
+
+-- One row per event. data, source_event_seqs and surface_op hold JSON text; NULL means
+-- the key is absent (a JSON null is the text 'null', an empty list the text '[]').
+-- ignorable is 1 for "ignorable": true, NULL when absent.
+CREATE TABLE events (
+    session_id        TEXT    NOT NULL,
+    seq               INTEGER NOT NULL CHECK (seq >= 0),
+    type              TEXT    NOT NULL,
+    time              INTEGER NOT NULL,
+    data              TEXT,
+    source_event_seqs TEXT,
+    surface_op        TEXT,
+    ignorable         INTEGER CHECK (ignorable = 1),
+    PRIMARY KEY (session_id, seq)
+) STRICT, WITHOUT ROWID;

@@ -1,0 +1,57 @@
+"""The store's one aiosqlite connection, used as a worker thread that runs whole units of
+work (a group commit, a read of one session) as single calls.
+
+aiosqlite forwards each statement to its thread separately, so a transaction of N
+statements costs N thread hops and, worse, other coroutines' statements could run in
+the middle of it. Running a plain function on the connection thread avoids both: the
+function owns the ``sqlite3.Connection`` for its whole duration. aiosqlite exposes no
+public call for this, so ``run`` uses ``Connection._execute`` (the method every public
+aiosqlite call goes through); ``_check_aiosqlite`` fails loudly if a release removes it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import aiosqlite
+
+T = TypeVar("T")
+
+
+def _check_aiosqlite() -> None:
+    if not callable(getattr(aiosqlite.Connection, "_execute", None)):
+        raise RuntimeError("this aiosqlite release has no Connection._execute; "
+                           "surfacelog.store.connection needs updating")
+
+
+_check_aiosqlite()
+
+
+class ConnectionThread:
+    """One SQLite connection in autocommit mode (``isolation_level=None``: every
+    transaction is an explicit ``BEGIN``...``COMMIT``) on aiosqlite's worker thread."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self._conn = conn
+
+    @classmethod
+    async def open(cls, path: Path) -> ConnectionThread:
+        """Open (creating the file if missing) ``path`` read-write. Raises
+        ``sqlite3.Error``."""
+        conn = await aiosqlite.connect(path, isolation_level=None, cached_statements=256)
+        return cls(conn)
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(connection)`` on the connection thread and return its result (or raise
+        its exception). Calls run one at a time, in the order they were made."""
+        execute = cast(Callable[..., Any], self._conn._execute)
+        return cast(T, await execute(fn, self._conn._conn))
+
+    async def close(self) -> None:
+        """Close the connection and stop its thread."""
+        await self._conn.close()

@@ -1,0 +1,46 @@
+"""DSH-style JSONL import and export of stored sessions (SPEC section 11): a header
+line ``{"type":"session",...}`` then one event per line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from surfacelog.schema.codec import LogFile, encode_log
+from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
+from surfacelog.session import now_ms, replay, upgrade_legacy
+from surfacelog.store.base import EventStore
+
+
+async def export_session(store: EventStore, session_id: str) -> bytes:
+    """The committed log of ``session_id`` as JSONL: its header line, then its events
+    exactly as stored. Raises ``SessionNotFound``, ``CorruptStore``."""
+    header = await store.header(session_id)
+    events = await store.read_since(session_id, 0)
+    return encode_log(header, events)
+
+
+def header_for(log: LogFile, source: Path) -> SessionHeader:
+    """The header of an imported log: its own header line, or (for a log without one)
+    a header whose id is the file's stem and whose ``createdAt`` is the first event's
+    time (now for an empty log)."""
+    if log.header is not None:
+        return log.header
+    created = log.events[0].time if log.events else now_ms()
+    if type(created) is not int:
+        created = now_ms()
+    return SessionHeader(version=SESSION_FORMAT_VERSION, id=source.stem, created_at=created)
+
+
+async def import_log(store: EventStore, log: LogFile, source: Path, *,
+                     legacy: bool = False) -> SessionHeader:
+    """Validate ``log`` through the core and store it as a new session, events exactly
+    as read (no seed marker or repair: those are added when the session is opened for
+    writing). ``legacy`` first marks a markerless log (``upgrade_legacy``).
+
+    Raises ``surfacelog.schema.LogError`` for an invalid log (nothing stored),
+    ``SessionExists``, ``StoreError``."""
+    events = upgrade_legacy(log.events) if legacy else log.events
+    header = header_for(log, source)
+    replay(events, header)
+    await store.create(header, events)
+    return header

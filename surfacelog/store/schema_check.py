@@ -1,0 +1,224 @@
+"""Bump-and-reject: recognise our own database files, refuse every other one untouched,
+and initialise new ones (SPEC section 12).
+
+A file is *ours* when its ``application_id`` is ``APPLICATION_ID``, its ``user_version``
+is ``SCHEMA_VERSION`` and its tables, columns and indexes are exactly those that
+``surfacelog/schema/store.sql`` creates. A file is *new* when it does not exist, is
+empty, or is a SQLite database with no schema objects and both pragmas zero. Anything
+else is refused with ``VersionRefused`` before a single byte of it is written: the first
+look goes through a read-only connection that cannot create journal files either.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Final, Literal
+
+from surfacelog.store.base import VersionRefused
+
+SCHEMA_VERSION: Final = 1
+"""Bump with every change of ``store.sql``."""
+
+APPLICATION_ID: Final = 0x53664C67
+"""``PRAGMA application_id`` of surfacelog databases ("SfLg")."""
+
+FileState = Literal["new", "ours"]
+
+_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+
+
+def schema_sql() -> str:
+    """The DDL of this build (``surfacelog/schema/store.sql``)."""
+    return resources.files("surfacelog.schema").joinpath("store.sql").read_text("utf-8")
+
+
+@dataclass(frozen=True)
+class SchemaObject:
+    """One entry of ``sqlite_schema``: its kind, table, SQL and (for tables) columns."""
+
+    kind: str
+    table: str
+    sql: str | None
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SchemaShape:
+    """What a database file holds, as far as bump-and-reject looks."""
+
+    application_id: int
+    user_version: int
+    objects: dict[str, SchemaObject]
+
+    @property
+    def is_blank(self) -> bool:
+        """No schema objects and both pragmas zero: a database nobody has claimed."""
+        return not self.objects and self.application_id == 0 and self.user_version == 0
+
+
+def _column(row: tuple[object, ...]) -> str:
+    _cid, name, ctype, notnull, default, pk, hidden = row
+    parts = [str(name), str(ctype) or "(no type)"]
+    if notnull:
+        parts.append("NOT NULL")
+    if default is not None:
+        parts.append(f"DEFAULT {default}")
+    if pk:
+        parts.append(f"PK{pk}")
+    if hidden:
+        parts.append(f"hidden{hidden}")
+    return " ".join(parts)
+
+
+def read_shape(conn: sqlite3.Connection) -> SchemaShape:
+    """Read the pragmas and schema objects through ``conn`` (reads only).
+
+    SQLite's statistics tables (``sqlite_stat*``, written by ``ANALYZE``) are not schema
+    and are ignored. Raises ``sqlite3.DatabaseError`` for a file that is not a database.
+    """
+    (app_id,) = conn.execute("PRAGMA application_id").fetchone()
+    (version,) = conn.execute("PRAGMA user_version").fetchone()
+    objects: dict[str, SchemaObject] = {}
+    rows = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_schema ORDER BY name")
+    for kind, name, table, sql in rows.fetchall():
+        if str(name).startswith("sqlite_stat"):
+            continue
+        columns: tuple[str, ...] = ()
+        if kind == "table":
+            info = conn.execute("SELECT * FROM pragma_table_xinfo(?)", (name,)).fetchall()
+            columns = tuple(_column(tuple(r)) for r in info)
+        objects[str(name)] = SchemaObject(str(kind), str(table), sql, columns)
+    return SchemaShape(int(app_id), int(version), objects)
+
+
+@functools.cache
+def expected_shape() -> SchemaShape:
+    """The shape of a database this build creates (built once in memory from the DDL)."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        _create(conn)
+        return read_shape(conn)
+    finally:
+        conn.close()
+
+
+def _create(conn: sqlite3.Connection) -> None:
+    """Run the DDL and set both pragmas (inside the caller's transaction, if any)."""
+    script = schema_sql()
+    statement = ""
+    for line in script.splitlines(keepends=True):
+        statement += line
+        if sqlite3.complete_statement(statement):
+            conn.execute(statement)
+            statement = ""
+    rest = [line for line in statement.splitlines() if line.strip()
+            and not line.strip().startswith("--")]
+    if rest:
+        raise RuntimeError(f"store.sql ends with an incomplete statement: {rest[0]!r}")
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def differences(found: SchemaShape, expected: SchemaShape) -> list[str]:
+    """Every way ``found`` differs from ``expected``, as readable sentences."""
+    out = []
+    if found.application_id != expected.application_id:
+        out.append(f"application_id is {found.application_id:#010x}, this build expects "
+                   f"{expected.application_id:#010x}")
+    if found.user_version != expected.user_version:
+        out.append(f"user_version (schema version) is {found.user_version}, this build "
+                   f"expects {expected.user_version}")
+    for name in sorted(found.objects.keys() - expected.objects.keys()):
+        obj = found.objects[name]
+        out.append(f"unexpected {obj.kind} {name!r}"
+                   + (f" with columns ({', '.join(obj.columns)})" if obj.columns else ""))
+    for name in sorted(expected.objects.keys() - found.objects.keys()):
+        out.append(f"missing {expected.objects[name].kind} {name!r}")
+    for name in sorted(found.objects.keys() & expected.objects.keys()):
+        got, want = found.objects[name], expected.objects[name]
+        if got.kind != want.kind:
+            out.append(f"{name!r} is a {got.kind}, this build expects a {want.kind}")
+        elif got.columns != want.columns:
+            out.append(f"table {name!r} has columns ({', '.join(got.columns)}); this build "
+                       f"expects ({', '.join(want.columns)})")
+        elif got.sql != want.sql or got.table != want.table:
+            out.append(f"{want.kind} {name!r} is defined as {got.sql!r}; this build expects "
+                       f"{want.sql!r}")
+    return out
+
+
+def classify(found: SchemaShape, where: str) -> FileState:
+    """``"new"`` for a blank database, ``"ours"`` for an exact match; otherwise raise
+    ``VersionRefused`` listing what was found and what this build expects."""
+    if found.is_blank:
+        return "new"
+    problems = differences(found, expected_shape())
+    if not problems:
+        return "ours"
+    raise VersionRefused(
+        f"{where} was not written by this build of surfacelog (store schema version "
+        f"{SCHEMA_VERSION}, application_id {APPLICATION_ID:#010x}); refused and left "
+        f"unmodified: " + "; ".join(problems))
+
+
+def inspect_file(path: Path) -> FileState:
+    """Classify the file at ``path`` without modifying it or creating any file beside it.
+
+    A missing or zero-length file is ``"new"``. Otherwise the file is read through a
+    read-only connection: with ``immutable=1`` when no ``-wal`` file exists (so that
+    SQLite creates no ``-wal``/``-shm`` files for a WAL-mode database), else with
+    ``readonly_shm=1`` (the WAL of a crashed writer is read, its ``-shm`` index is not
+    rebuilt in place). Only a process that has the database open meanwhile changes its
+    ``-shm``, which is shared memory, not content.
+    Raises ``VersionRefused`` for a file that is not a SQLite database or not ours.
+    """
+    if not path.exists() or path.stat().st_size == 0:
+        return "new"
+    with path.open("rb") as handle:
+        magic = handle.read(len(_SQLITE_MAGIC))
+    if magic != _SQLITE_MAGIC:
+        raise VersionRefused(f"{path} is not a SQLite database (no SQLite header); refused "
+                             f"and left unmodified")
+    wal = path.with_name(path.name + "-wal")
+    query = "mode=ro&readonly_shm=1" if wal.exists() else "mode=ro&immutable=1"
+    uri = f"{path.resolve().as_uri()}?{query}"
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise VersionRefused(f"{path} cannot be opened read-only to check its schema: {exc}; "
+                             f"refused and left unmodified") from exc
+    try:
+        shape = read_shape(conn)
+    except sqlite3.DatabaseError as exc:
+        raise VersionRefused(f"{path} cannot be read as a SQLite database: {exc}; refused and "
+                             f"left unmodified") from exc
+    finally:
+        conn.close()
+    return classify(shape, str(path))
+
+
+def check_or_initialise(conn: sqlite3.Connection, where: str) -> FileState:
+    """On the store's own connection: classify the database again (reads only) and, when
+    it is blank, create our schema in one ``BEGIN IMMEDIATE`` transaction (re-checking
+    inside it, so two processes initialising the same file at once cannot both create).
+
+    The connection must be in autocommit mode (``isolation_level=None``). Returns what
+    the file was before the call. Raises ``VersionRefused``.
+    """
+    state = classify(read_shape(conn), where)
+    if state == "ours":
+        return state
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if classify(read_shape(conn), where) == "new":
+            _create(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return state

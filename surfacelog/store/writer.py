@@ -1,0 +1,347 @@
+"""Write-behind with group commit: one queue of batches for every session of a database,
+committed by one background task in groups, one transaction (one fsync) per group.
+
+Grouping rules:
+
+- A group is a run of whole batches from the front of the queue holding at most
+  ``max_events`` events (a single larger batch forms a group on its own).
+- A batch appended while the queue is idle and nobody waits for durability lingers up
+  to ``delay`` seconds so that more batches can join its group. A durable append, a
+  ``flush``, or a queue reaching ``max_events`` commits at once: a writer that waits for
+  each commit never pays the delay.
+- Batches that arrive while a commit runs form the next group, committed as soon as the
+  running one is done. This is where concurrent durable writers share commits.
+
+Within a group each batch runs in its own SAVEPOINT and checks, in the same transaction,
+that its session exists, its writer epoch is current and it starts at the stored next
+seq. A batch that fails a check (or whose rows SQLite refuses) is rolled back to its
+savepoint and fails alone; the others of the group commit. When the COMMIT itself fails
+(disk I/O error, database locked...) the whole group is rolled back, every batch stays
+queued in order, each waiter gets a ``CommitFailed``, and the next append or ``flush``
+tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from collections import deque
+from collections.abc import Sequence
+from functools import partial
+
+from msgspec import Struct
+
+from surfacelog.store.base import (
+    BadEvent,
+    CommitFailed,
+    SeqMismatch,
+    SessionNotFound,
+    StoreError,
+    WriterFenced,
+)
+from surfacelog.store.connection import ConnectionThread
+from surfacelog.store.rows import EncodedBatch, insert_rows
+
+_ADVANCE = (
+    "UPDATE sessions SET next_seq = ?, last_time = ?"
+    " WHERE id = ? AND writer_epoch = ? AND next_seq = ?"
+)
+_ROW_ERRORS = (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.ProgrammingError,
+               OverflowError)
+
+
+class PendingBatch:
+    """A queued batch: its rows, where it must go, and who waits for it."""
+
+    __slots__ = ("batch", "epoch", "id", "session_id", "waiter")
+
+    def __init__(self, id: int, session_id: str, epoch: int, batch: EncodedBatch,
+                 waiter: asyncio.Future[None] | None) -> None:
+        self.id = id
+        self.session_id = session_id
+        self.epoch = epoch
+        self.batch = batch
+        self.waiter = waiter
+
+
+class WriterStats(Struct, frozen=True):
+    """Counters of one writer since it started."""
+
+    commits: int
+    batches: int
+    events: int
+    failed_commits: int
+    queued_batches: int
+
+
+# -- the transaction (runs on the connection thread) -----------------------------------
+
+
+def _refusal(conn: sqlite3.Connection, item: PendingBatch) -> StoreError:
+    row = conn.execute("SELECT writer_epoch, next_seq FROM sessions WHERE id = ?",
+                       (item.session_id,)).fetchone()
+    sid = item.session_id
+    if row is None:
+        return SessionNotFound(f"session {sid!r} is not stored; nothing written")
+    epoch, next_seq = row
+    if epoch != item.epoch:
+        return WriterFenced(f"session {sid!r}: writer epoch {item.epoch} is stale, the "
+                            f"session was taken by epoch {epoch}; nothing written")
+    return SeqMismatch(f"session {sid!r}: batch starts at seq {item.batch.start}, the stored "
+                       f"next seq is {next_seq}; nothing written")
+
+
+def _row_error(item: PendingBatch, exc: Exception) -> StoreError:
+    sid, start = item.session_id, item.batch.start
+    if getattr(exc, "sqlite_errorname", None) == "SQLITE_CONSTRAINT_PRIMARYKEY":
+        error: StoreError = SeqMismatch(
+            f"session {sid!r}: rows of the batch starting at seq {start} are already "
+            f"stored; nothing written")
+    else:
+        error = BadEvent(f"session {sid!r}: the batch starting at seq {start} cannot be "
+                         f"stored: {exc}; nothing written")
+    error.__cause__ = exc
+    return error
+
+
+def _write_batch(conn: sqlite3.Connection, item: PendingBatch) -> StoreError | None:
+    batch = item.batch
+    conn.execute("SAVEPOINT batch")
+    try:
+        cursor = conn.execute(_ADVANCE, (batch.start + len(batch.rows), batch.last_time,
+                                         item.session_id, item.epoch, batch.start))
+        if cursor.rowcount == 1:
+            insert_rows(conn, batch.rows)
+            outcome = None
+        else:
+            outcome = _refusal(conn, item)
+    except _ROW_ERRORS as exc:
+        conn.execute("ROLLBACK TO batch")
+        outcome = _row_error(item, exc)
+    conn.execute("RELEASE batch")
+    return outcome
+
+
+def commit_group(items: Sequence[PendingBatch], conn: sqlite3.Connection
+                 ) -> list[StoreError | None]:
+    """Write ``items`` in one ``BEGIN IMMEDIATE`` transaction; return each batch's
+    outcome (``None`` = written). Raises the SQLite error that made the transaction
+    fail, after rolling it back."""
+    if conn.in_transaction:  # a ROLLBACK of an earlier failed group failed too
+        conn.execute("ROLLBACK")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        outcomes = [_write_batch(conn, item) for item in items]
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return outcomes
+
+
+# -- the queue (runs on the event loop) ------------------------------------------------
+
+
+def _fail(future: asyncio.Future[None] | None, error: BaseException) -> None:
+    if future is not None and not future.done():
+        future.set_exception(error)
+
+
+class GroupWriter:
+    """The queue and its background commit task. Use from one event loop."""
+
+    def __init__(self, conn: ConnectionThread, *, max_events: int, delay: float) -> None:
+        if max_events < 1:
+            raise ValueError(f"group_max_events must be >= 1, got {max_events}")
+        if delay < 0:
+            raise ValueError(f"group delay must be >= 0, got {delay}")
+        self._conn = conn
+        self._max_events = max_events
+        self._delay = delay
+        self._queue: deque[PendingBatch] = deque()
+        self._queued_events = 0
+        self._next_id = 0
+        self._done_id = -1
+        self._barriers: list[tuple[int, asyncio.Future[None]]] = []
+        self._errors: deque[tuple[str, StoreError]] = deque()
+        self._kick = asyncio.Event()
+        self._urgent = asyncio.Event()
+        self._closing = False
+        self._broken: BaseException | None = None
+        self._commits = self._batches = self._events = self._failed_commits = 0
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+        self._task.add_done_callback(self._on_task_done)
+
+    def stats(self) -> WriterStats:
+        """Counters: successful group commits, batches and events they wrote, failed
+        commits, batches queued now."""
+        return WriterStats(self._commits, self._batches, self._events, self._failed_commits,
+                           len(self._queue))
+
+    def submit(self, session_id: str, epoch: int, batch: EncodedBatch, *,
+               durable: bool) -> asyncio.Future[None] | None:
+        """Queue ``batch``. With ``durable`` return a future that completes when the batch
+        is committed (or fails with its ``StoreError``); otherwise return ``None`` and
+        keep a failure for ``flush`` to raise. Raises ``StoreError`` once closed."""
+        self._check_open()
+        waiter = asyncio.get_running_loop().create_future() if durable else None
+        self._queue.append(PendingBatch(self._next_id, session_id, epoch, batch, waiter))
+        self._next_id += 1
+        self._queued_events += len(batch.rows)
+        if durable or self._queued_events >= self._max_events:
+            self._urgent.set()
+        self._kick.set()
+        return waiter
+
+    async def drain(self) -> None:
+        """Wait until every batch submitted so far is committed or has failed on its own.
+
+        Raises ``CommitFailed`` when a commit attempt fails meanwhile (the batches stay
+        queued); a batch's own failure (``SeqMismatch``...) is not raised here."""
+        self._check_open()
+        target = self._next_id - 1
+        if self._done_id >= target:
+            return
+        barrier: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._barriers.append((target, barrier))
+        self._urgent.set()
+        self._kick.set()
+        await barrier
+
+    async def flush(self, session_id: str | None = None) -> None:
+        """``drain``, then raise the oldest failure of a non-durable batch not yet
+        reported (of ``session_id`` only, when given): one per call, later calls raise
+        the next ones."""
+        await self.drain()
+        for index, (owner, error) in enumerate(self._errors):
+            if session_id is None or owner == session_id:
+                del self._errors[index]
+                raise error
+
+    async def close(self) -> None:
+        """Flush, then stop the task. Batches a failed flush left queued are dropped
+        (never acknowledged as durable) and their waiters fail; the flush error is
+        raised after the task has stopped."""
+        if self._closing:
+            return
+        try:
+            await self.flush()
+        finally:
+            self._closing = True
+            self._kick.set()
+            await asyncio.gather(self._task, return_exceptions=True)
+            closed = StoreError("the store was closed before this batch was committed")
+            for item in self._queue:
+                _fail(item.waiter, closed)
+            for _, barrier in self._barriers:
+                _fail(barrier, closed)
+
+    # -- internals -------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._broken is not None:
+            raise StoreError(f"the store's writer stopped: {self._broken!r}") \
+                from self._broken
+        if self._closing:
+            raise StoreError("the store is closed")
+
+    def _on_task_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            error: BaseException = StoreError("the store's writer task was cancelled")
+        elif task.exception() is not None:
+            error = StoreError(f"the store's writer task failed: {task.exception()!r}")
+            error.__cause__ = task.exception()
+        else:
+            return
+        self._broken = error
+        for item in self._queue:
+            _fail(item.waiter, error)
+        for _, barrier in self._barriers:
+            _fail(barrier, error)
+
+    async def _loop(self) -> None:
+        while True:
+            await self._kick.wait()
+            self._kick.clear()
+            if self._closing:
+                return
+            if not self._queue:
+                self._settle_barriers()
+                continue
+            await self._linger()
+            while self._queue:
+                group = self._take_group()
+                try:
+                    outcomes = await self._conn.run(partial(commit_group, group))
+                except Exception as exc:  # every failure of the commit is reported
+                    self._commit_failed(group, exc)
+                    break
+                self._committed(group, outcomes)
+            else:
+                self._urgent.clear()  # all committed: the next batch may linger again
+
+    async def _linger(self) -> None:
+        if self._delay <= 0 or self._urgent.is_set():
+            self._urgent.clear()
+            return
+        # A timeout only means the delay is over: commit what has gathered.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._urgent.wait(), self._delay)
+        self._urgent.clear()
+
+    def _take_group(self) -> list[PendingBatch]:
+        group: list[PendingBatch] = []
+        count = 0
+        for item in self._queue:
+            size = len(item.batch.rows)
+            if group and count + size > self._max_events:
+                break
+            group.append(item)
+            count += size
+        return group
+
+    def _committed(self, group: list[PendingBatch], outcomes: list[StoreError | None]) -> None:
+        for item, outcome in zip(group, outcomes, strict=True):
+            self._queue.popleft()
+            self._queued_events -= len(item.batch.rows)
+            if outcome is None:
+                self._batches += 1
+                self._events += len(item.batch.rows)
+                if item.waiter is not None and not item.waiter.done():
+                    item.waiter.set_result(None)
+            elif item.waiter is not None:
+                _fail(item.waiter, outcome)
+            else:
+                self._errors.append((item.session_id, outcome))
+        self._commits += 1
+        self._done_id = group[-1].id
+        self._settle_barriers()
+
+    def _commit_failed(self, group: list[PendingBatch], exc: Exception) -> None:
+        self._failed_commits += 1
+        message = (f"group commit of {len(group)} batch(es) failed: {exc}; the batches stay "
+                   f"queued in order and are retried at the next append or flush")
+
+        def error() -> CommitFailed:
+            failure = CommitFailed(message)
+            failure.__cause__ = exc
+            return failure
+
+        for item in self._queue:
+            _fail(item.waiter, error())
+        for _, barrier in self._barriers:
+            _fail(barrier, error())
+        self._barriers.clear()
+
+    def _settle_barriers(self) -> None:
+        keep: list[tuple[int, asyncio.Future[None]]] = []
+        for target, barrier in self._barriers:
+            if target <= self._done_id:
+                if not barrier.done():
+                    barrier.set_result(None)
+            else:
+                keep.append((target, barrier))
+        self._barriers = keep
+
