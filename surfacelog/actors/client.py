@@ -9,8 +9,8 @@ same actor for the same session. Handles unwrap Ray's task errors, so a caller c
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import concurrent.futures
+import contextlib
 import os
 import zlib
 from collections.abc import Sequence
@@ -28,6 +28,8 @@ from surfacelog.actors.protocol import (
     Placement,
     PruneRequest,
     SessionStats,
+    decode_events,
+    encode_append,
 )
 from surfacelog.actors.session_actor import RemoteSessionHost
 from surfacelog.schema.events import Event
@@ -178,11 +180,16 @@ class SessionHandle:
         self.host = host
         self.session_id = session_id
 
-    async def _call(self, method: str, *args: Any, idempotent: bool) -> Any:
+    async def _call(self, method: str, *args: Any, idempotent: bool,
+                    keyed: bool = True) -> Any:
+        """Call ``method`` with the session id first (unless not ``keyed``: the
+        arguments then name the session themselves)."""
         for attempt in range(RETRIES + 1):
             actor = self.host.actor(self.session_id)
             try:
-                return await getattr(actor, method).remote(self.session_id, *args)
+                if keyed:
+                    return await getattr(actor, method).remote(self.session_id, *args)
+                return await getattr(actor, method).remote(*args)
             except RayTaskError as exc:
                 raise _unwrap(exc) from None
             except RayActorError:
@@ -198,16 +205,27 @@ class SessionHandle:
         """Append one event; returns it as logged. Raises ``SurfaceError``,
         ``Conflict`` (``expected_seq`` taken), store errors."""
         spec = AppendSpec(type, data, surface_op, source_event_seqs, ignorable)
-        event: Event = await self._call("append", spec, expected_seq,
-                                        idempotent=expected_seq is not None)
-        return event
+        request = encode_append(self.session_id, (spec,), expected_seq)
+        if request is None:
+            event: Event = await self._call("append", spec, expected_seq,
+                                            idempotent=expected_seq is not None)
+            return event
+        logged = await self._call("append_wire", request, keyed=False,
+                                  idempotent=expected_seq is not None)
+        return decode_events(logged)[0]
 
     async def append_batch(self, specs: Sequence[AppendSpec],
                            expected_seq: int | None = None) -> list[Event]:
         """Append several events, all or nothing."""
-        events: list[Event] = await self._call("append_batch", list(specs), expected_seq,
-                                               idempotent=expected_seq is not None)
-        return events
+        request = encode_append(self.session_id, specs, expected_seq)
+        if request is None:
+            events: list[Event] = await self._call("append_batch", list(specs),
+                                                   expected_seq,
+                                                   idempotent=expected_seq is not None)
+            return events
+        logged = await self._call("append_wire", request, keyed=False,
+                                  idempotent=expected_seq is not None)
+        return decode_events(logged)
 
     async def events(self, since_seq: int = 0, limit: int | None = None) -> list[Event]:
         events: list[Event] = await self._call("events", since_seq, limit, idempotent=True)

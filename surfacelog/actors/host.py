@@ -122,9 +122,9 @@ class SessionHost:
             self.closed = "fenced by a newer writer"
             raise
 
-    async def _commit(self, specs: Sequence[AppendSpec]) -> list[Event]:
+    async def _commit(self, specs: Sequence[AppendSpec], owned: bool = False) -> list[Event]:
         with self.session.atomic():
-            events = self.session.append_batch(specs)
+            events = self.session.append_batch(specs, owned=owned)
             await self._persist(events)
         self.appends += len(events)
         return events
@@ -132,13 +132,15 @@ class SessionHost:
     # -- mutations ---------------------------------------------------------------------
 
     async def append_batch(self, specs: Sequence[AppendSpec],
-                           expected_seq: int | None = None) -> list[Event]:
+                           expected_seq: int | None = None, *,
+                           owned: bool = False) -> list[Event]:
         """Append ``specs`` all or nothing and persist them.
 
         With ``expected_seq``: when the log already holds these very events at that seq
         (a retried request) they are returned and nothing is appended; when that seq is
         taken by other events, or lies past the end, ``Conflict``. Raises
-        ``SurfaceError`` for a bad event, store errors for a failed write.
+        ``SurfaceError`` for a bad event, store errors for a failed write. ``owned``:
+        see ``Session.append_batch``.
         """
         async with self.lock:
             self._touch()
@@ -146,7 +148,7 @@ class SessionHost:
                 length = len(self.session)
                 if expected_seq != length:
                     return self._replayed(specs, expected_seq, length)
-            return await self._commit(specs)
+            return await self._commit(specs, owned)
 
     def _replayed(self, specs: Sequence[AppendSpec], expected_seq: int,
                   length: int) -> list[Event]:

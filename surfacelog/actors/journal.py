@@ -6,12 +6,15 @@ the batches of every session together (group commit), like Akka Persistence's jo
 commit. Buffered appends return at once: they are queued in the session actor's process
 and shipped to the journal in order by one sender task, batches of many sessions in one
 call; a failure is kept for its session and raised by that session's next append or
-flush.
+flush. The sender lingers up to ``ship_delay_s`` so that one call carries many appends
+(each Ray call costs the actor about as much CPU as serving a request); a flush, a durable
+append or ``SHIP_EVENTS`` queued events ship at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 from collections.abc import Sequence
@@ -19,6 +22,7 @@ from typing import Any
 
 import ray
 
+from surfacelog.actors.protocol import EventsPayload, decode_events, encode_events
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session.session import Session
@@ -26,6 +30,10 @@ from surfacelog.store.base import EventStore, OpenedSession, SessionInfo
 from surfacelog.store.sqlite import SqliteEventStore
 
 NAMESPACE = "surfacelog"
+SHIP_DELAY_S = 0.05
+"""How long buffered batches wait in a session actor for company before shipping."""
+SHIP_EVENTS = 4096
+"""Queued events that ship at once, without waiting for ``SHIP_DELAY_S``."""
 
 
 def db_key(db: str) -> str:
@@ -67,17 +75,19 @@ class JournalActor:
         result = await (await self._get()).open_session(session_id)
         return result
 
-    async def append(self, session_id: str, events: Sequence[Event], epoch: int,
+    async def append(self, session_id: str, events: EventsPayload, epoch: int,
                      durable: bool) -> None:
-        await (await self._get()).append(session_id, events, epoch=epoch, durable=durable)
+        """Append one batch (``encode_events`` bytes or the events)."""
+        await (await self._get()).append(session_id, decode_events(events), epoch=epoch,
+                                         durable=durable)
 
     async def append_many(
-        self, batches: list[tuple[str, list[Event], int]],
+        self, batches: list[tuple[str, EventsPayload, int]],
     ) -> list[BaseException | None]:
         """Commit several sessions' batches (in order per session); one result each."""
         store = await self._get()
         results = await asyncio.gather(
-            *(store.append(sid, events, epoch=epoch, durable=True)
+            *(store.append(sid, decode_events(events), epoch=epoch, durable=True)
               for sid, events, epoch in batches),
             return_exceptions=True,
         )
@@ -117,10 +127,13 @@ class JournalActor:
 class JournalStore(EventStore):
     """``EventStore`` over a journal actor handle, for use inside session actors."""
 
-    def __init__(self, journal: Any) -> None:
+    def __init__(self, journal: Any, ship_delay_s: float = SHIP_DELAY_S) -> None:
         self._journal = journal
+        self._ship_delay_s = ship_delay_s
         self._queue: list[tuple[str, list[Event], int]] = []
+        self._queued_events = 0
         self._wakeup = asyncio.Event()
+        self._urgent = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
         self._sender: asyncio.Task[None] | None = None
@@ -145,9 +158,13 @@ class JournalStore(EventStore):
         self._raise_failed(session_id)
         if durable:
             await self.flush_session_queue()
-            await self._journal.append.remote(session_id, list(events), epoch, True)
+            await self._journal.append.remote(session_id, encode_events(list(events)),
+                                              epoch, True)
             return
         self._queue.append((session_id, list(events), epoch))
+        self._queued_events += len(events)
+        if self._queued_events >= SHIP_EVENTS:
+            self._urgent.set()
         self._idle.clear()
         self._wakeup.set()
         if self._sender is None or self._sender.done():
@@ -160,9 +177,16 @@ class JournalStore(EventStore):
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
+            if self._ship_delay_s > 0 and not self._urgent.is_set():
+                # A timeout only means the delay is over: ship what has gathered.
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._urgent.wait(), self._ship_delay_s)
+            self._urgent.clear()
             batches, self._queue = self._queue, []
+            self._queued_events = 0
+            wire = [(sid, encode_events(events), epoch) for sid, events, epoch in batches]
             try:
-                results = await self._journal.append_many.remote(batches)
+                results = await self._journal.append_many.remote(wire)
             except Exception as exc:  # the journal is unreachable: fail every batch
                 results = [exc] * len(batches)
             for (sid, _events, _epoch), result in zip(batches, results, strict=True):
@@ -172,6 +196,7 @@ class JournalStore(EventStore):
     async def flush_session_queue(self) -> None:
         """Wait until every buffered batch reached the journal and was committed."""
         if self._queue or not self._idle.is_set():
+            self._urgent.set()
             await self._idle.wait()
 
     async def flush(self) -> None:

@@ -2,13 +2,120 @@
 
 Every reply is a msgspec struct (or a list of events/messages); every error is a typed
 exception that pickles to the same class and message on the caller's side.
+
+Appends travel as bytes (the "wire" helpers below): specs as one JSON document, logged
+events as one msgpack document. Ray pickles anything else with cloudpickle, which calls
+back into Python for every struct and every ``UNSET`` field; on the append path that cost
+more than the Ray call itself.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import copyreg
+import math
+from collections.abc import Sequence
+from typing import Any, Final, Literal
 
+import msgspec
 from msgspec import UNSET, Struct, UnsetType
+
+from surfacelog.schema.events import Event, ReplaceOp
+from surfacelog.session import AppendSpec
+from surfacelog.session.gcpause import gc_paused
+
+
+def _unset() -> UnsetType:
+    """Unpickles ``msgspec.UNSET``."""
+    return UNSET
+
+
+def _reduce_unset(_: UnsetType) -> tuple[Any, tuple[()]]:
+    return (_unset, ())
+
+
+# msgspec's UNSET (every absent optional key of an event) reduces to a bare name with no
+# module, so pickle searches every loaded module for it (``pickle.whichmodule``): about
+# a millisecond per pickled event in a Ray worker, which has ~700 modules loaded. Ray
+# pickles through copyreg's table, so this makes it a plain reference to ``_unset``.
+copyreg.pickle(UnsetType, _reduce_unset)
+
+# -- the wire -------------------------------------------------------------------------
+
+_SPECS_ENCODER: Final = msgspec.json.Encoder()
+_EVENTS_ENCODER: Final = msgspec.msgpack.Encoder()
+_EVENTS_DECODER: Final = msgspec.msgpack.Decoder(list[Event])
+
+EventsPayload = bytes | list[Event]
+"""Logged events as msgpack bytes, or as the list itself when msgpack cannot hold them
+(an integer beyond 64 bits in ``data``)."""
+
+
+def _plain(spec: AppendSpec) -> bool:
+    """True when a JSON round trip of ``spec`` gives exactly what ``Session.build``
+    would make of it: its ``data`` is then the private JSON copy ``build`` takes, and
+    the other fields come back as values ``build`` treats the same way."""
+    data = spec.data
+    if isinstance(data, (str, int, float)) and not (
+            type(data) in (str, int, bool) or (type(data) is float and math.isfinite(data))):
+        return False  # a scalar subclass or a non-finite float: build keeps it as it is
+    op = spec.surface_op
+    if not (op is UNSET or (type(op) is str and op == "append") or (
+            type(op) is ReplaceOp and type(op.start) is int and type(op.end) is int)):
+        return False
+    seqs = spec.source_event_seqs
+    if seqs is not UNSET and not (type(seqs) in (list, tuple)
+                                  and all(type(s) is int for s in seqs)):
+        return False
+    return type(spec.type) is str and (spec.ignorable is UNSET or spec.ignorable is True)
+
+
+class AppendRequest(Struct, array_like=True):
+    """An append as it travels: one JSON array, so that the Ray call has one argument
+    (Ray serialises every argument on its own, at a cost per argument)."""
+
+    session_id: str
+    specs: list[AppendSpec]
+    expected_seq: int | None = None
+
+
+_REQUEST_DECODER: Final = msgspec.json.Decoder(AppendRequest)
+
+
+def encode_append(session_id: str, specs: Sequence[AppendSpec],
+                  expected_seq: int | None) -> bytes | None:
+    """An append request as JSON bytes for ``decode_append``; ``None`` when a spec holds
+    a value the JSON round trip would change (send those as structs: the session then
+    reports exactly what it reports in-process)."""
+    if not all(_plain(s) for s in specs):
+        return None
+    try:
+        return _SPECS_ENCODER.encode(AppendRequest(session_id, list(specs), expected_seq))
+    except (TypeError, ValueError, msgspec.EncodeError):
+        return None
+
+
+def decode_append(payload: bytes) -> AppendRequest:
+    """The request of ``encode_append``; its specs' ``data`` are fresh JSON values, owned
+    by the receiver (``Session.append_batch(..., owned=True)``)."""
+    with gc_paused():
+        return _REQUEST_DECODER.decode(payload)
+
+
+def encode_events(events: list[Event]) -> EventsPayload:
+    """Logged events for ``decode_events``."""
+    try:
+        return _EVENTS_ENCODER.encode(events)
+    except (TypeError, OverflowError, msgspec.EncodeError):
+        return events
+
+
+def decode_events(payload: EventsPayload) -> list[Event]:
+    """The events of ``encode_events``, equal to the logged ones."""
+    if isinstance(payload, bytes):
+        with gc_paused():
+            return _EVENTS_DECODER.decode(payload)
+    return payload
+
 
 Placement = Literal["dedicated", "packed"]
 Durability = Literal["durable", "buffered"]

@@ -24,11 +24,14 @@ from surfacelog.actors.journal import NAMESPACE, JournalStore, journal_name
 from surfacelog.actors.protocol import (
     CompactionRequest,
     Durability,
+    EventsPayload,
     HostStats,
     Placement,
     PruneRequest,
     SessionStats,
     SessionUnavailable,
+    decode_append,
+    encode_events,
 )
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
@@ -154,6 +157,14 @@ class SessionHostActor:
     async def append_batch(self, session_id: str, specs: Sequence[AppendSpec],
                            expected_seq: int | None = None) -> list[Event]:
         return await self._run(session_id, lambda h: h.append_batch(specs, expected_seq))
+
+    async def append_wire(self, request: bytes) -> EventsPayload:
+        """``append_batch`` of an ``encode_append`` request; returns ``encode_events`` of
+        the logged events. What ``SessionHandle`` uses: one argument, no pickling."""
+        req = decode_append(request)
+        events = await self._run(req.session_id, lambda h: h.append_batch(
+            req.specs, req.expected_seq, owned=True))
+        return encode_events(events)
 
     async def events(self, session_id: str, since_seq: int = 0,
                      limit: int | None = None) -> list[Event]:

@@ -14,6 +14,7 @@ from surfacelog.schema.errors import LogError
 from surfacelog.schema.events import Event, ReplaceOp
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session.derive import MessageCache, MessagesView, derive_from_nodes
+from surfacelog.session.gcpause import gc_paused
 from surfacelog.session.surface import Replacement, SurfaceManager
 from surfacelog.session.views import ListView
 
@@ -185,13 +186,14 @@ class Session:
         return event
 
     def build(self, spec: AppendSpec, *, seq: int | None = None,
-              time: int | None = None) -> Event:
-        """The event ``spec`` becomes at ``seq`` (default: next), caller data copied."""
+              time: int | None = None, owned: bool = False) -> Event:
+        """The event ``spec`` becomes at ``seq`` (default: next), caller data copied
+        (``owned``: ``spec.data`` is already a private JSON value, kept as it is)."""
         return Event(
             type=spec.type,
             seq=len(self._log) if seq is None else seq,
             time=self._clock() if time is None else time,
-            data=_own(spec.data),
+            data=spec.data if owned else _own(spec.data),
             source_event_seqs=_own_seqs(spec.source_event_seqs),
             surface_op=_own_op(spec.surface_op),
             ignorable=spec.ignorable,
@@ -216,15 +218,20 @@ class Session:
         """Append an event built by the caller (its seq must be the next one)."""
         return self._commit(event)
 
-    def append_batch(self, items: Iterable[AppendSpec | Event]) -> list[Event]:
+    def append_batch(self, items: Iterable[AppendSpec | Event], *,
+                     owned: bool = False) -> list[Event]:
         """Append several events, all or nothing (one shared ``time``). Raises
         ``SurfaceError`` for the first bad one; then the log, nodes and generation are
-        as before the call."""
+        as before the call.
+
+        ``owned``: the specs' ``data`` are JSON values nobody else holds (just decoded
+        from JSON), so they are logged without the private copy ``build`` takes."""
         out: list[Event] = []
-        with self.atomic():
+        with self.atomic(), gc_paused():
             t = self._clock()
             for item in items:
-                event = item if isinstance(item, Event) else self.build(item, time=t)
+                event = item if isinstance(item, Event) else self.build(item, time=t,
+                                                                        owned=owned)
                 out.append(self._commit(event))
         return out
 
