@@ -33,6 +33,7 @@ from surfacelog.store import (
     SessionExists,
     SessionNotFound,
     SqliteEventStore,
+    StoreError,
     VersionRefused,
     WriterFenced,
     export_session,
@@ -635,3 +636,20 @@ async def test_repairs_survive_an_interrupted_open_turn_session(store: SqliteEve
     assert types == ["session/end-seed", "tool/result", "step/end", "turn/end"]
     assert interrupted_turn_closers(opened.session.log) == []
     _same_session(await store.load("o"), opened.session)
+
+
+async def test_close_raises_unreported_buffered_failures(tmp_path: Path) -> None:
+    events = list(build_session("a", 1).log)
+    for count in (1, 2):
+        store = await SqliteEventStore.open(tmp_path / f"close{count}.db")
+        epoch = await store.create(header("a"))
+        await store.append("a", events[:2], epoch=epoch, durable=False)
+        for k in range(count):  # each starts past the stored next seq
+            await store.append("a", events[3 + k:4 + k], epoch=epoch, durable=False)
+        expected = SeqMismatch if count == 1 else StoreError
+        with pytest.raises(expected, match="buffered batches failed" if count == 2 else "seq"):
+            await store.close()
+        await store.close()  # closed already: nothing more to say
+        store = await SqliteEventStore.open(tmp_path / f"close{count}.db")
+        assert await store.read_since("a") == events[:2]
+        await store.close()

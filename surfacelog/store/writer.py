@@ -221,13 +221,24 @@ class GroupWriter:
                 raise error
 
     async def close(self) -> None:
-        """Flush, then stop the task. Batches a failed flush left queued are dropped
-        (never acknowledged as durable) and their waiters fail; the flush error is
-        raised after the task has stopped."""
+        """Drain, then stop the task. Raises, after the task has stopped: the commit
+        error when draining failed (the batches it left queued are dropped, never having
+        been acknowledged as durable, and their waiters fail), else the unreported
+        failure of a non-durable batch (a ``StoreError`` listing them all when there
+        are several)."""
         if self._closing:
             return
         try:
-            await self.flush()
+            await self.drain()
+            errors = [error for _, error in self._errors]
+            self._errors.clear()
+            if len(errors) == 1:
+                raise errors[0]
+            if errors:
+                raise StoreError(f"{len(errors)} buffered batches failed and were not "
+                                 f"reported before close: "
+                                 + "; ".join(f"{type(e).__name__}: {e}" for e in errors)
+                                 ) from errors[0]
         finally:
             self._closing = True
             self._kick.set()
