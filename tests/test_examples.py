@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from paths import EXAMPLES
 from typer.testing import CliRunner
 
 from surfacelog.cli import app
 from surfacelog.schema import encode_log, read_log
 from surfacelog.session import replay
 
-EXAMPLES = Path("/work/shared/examples")
 LOGS = sorted(EXAMPLES.glob("*.jsonl"))
 VALID = [p for p in LOGS if json.loads(p.with_suffix(".expected.json").read_text())["ok"]]
 INVALID = [p for p in LOGS if p not in VALID]

@@ -12,12 +12,12 @@ import copy
 import json
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 from msgspec import UNSET
+from paths import EXAMPLES
 
 from surfacelog.schema import (
     Event,
@@ -44,7 +44,6 @@ from surfacelog.session import (
     upgrade_legacy,
 )
 
-EXAMPLES = Path("/work/shared/examples")
 T0 = 1_000
 
 

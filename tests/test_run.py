@@ -8,11 +8,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from paths import EXAMPLES
 from typer.testing import CliRunner
 
 from surfacelog.cli import app
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "examples"
 runner = CliRunner()
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 from msgspec import UNSET
+from paths import EXAMPLES
 
 from surfacelog.schema import (
     EVENT_TYPES,
@@ -26,7 +27,6 @@ from surfacelog.schema import (
 )
 from surfacelog.session import Session, replay
 
-EXAMPLES = Path("/work/shared/examples")
 LOGS = sorted(EXAMPLES.glob("*.jsonl"))
 
 

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from msgspec import UNSET
+from paths import EXAMPLES
 from sessiongen import Clock, add_turn, build_session, header, open_turn, sessions
 
 from surfacelog.schema.codec import read_log
@@ -42,7 +43,6 @@ from surfacelog.store import (
 )
 from surfacelog.store.schema_check import schema_sql
 
-EXAMPLES = Path("/work/shared/examples")
 VALID_EXAMPLES = sorted(p for p in EXAMPLES.glob("*.jsonl") if not p.name.startswith("invalid"))
 
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from paths import EXAMPLES
 from typer.testing import CliRunner
 
 from surfacelog.cli import app
 from surfacelog.schema.codec import encode_log, read_log
 
-EXAMPLES = Path("/work/shared/examples")
 VALID = sorted(p for p in EXAMPLES.glob("*.jsonl") if not p.name.startswith("invalid"))
 INVALID = sorted(EXAMPLES.glob("invalid-*.jsonl"))
 
