@@ -45,6 +45,20 @@ class _Undo(NamedTuple):
     was_replace: bool
 
 
+# ``NamedTuple(...)`` goes through a Python-level ``__new__``; ``tuple.__new__`` builds the
+# same object in C. These two are built once per appended event.
+def _new_plan(seq: int, surface: bool, first: int, last: int) -> SurfacePlan:
+    return tuple.__new__(SurfacePlan, (seq, surface, first, last))
+
+
+def _new_undo(position: int, removed: list[int], was_replace: bool) -> _Undo:
+    return tuple.__new__(_Undo, (position, removed, was_replace))
+
+
+_NOT_A_NODE = _new_undo(-1, [], False)
+"""The undo entry of an event that is not a surface node (nothing to undo)."""
+
+
 class SurfaceManager:
     """Owns the ordered node list of one session."""
 
@@ -93,7 +107,7 @@ class SurfaceManager:
         shapes.check_envelope(event)
         if not shapes.check_eligibility(event):
             shapes.check_payload(event)
-            plan = SurfacePlan(event.seq, False, -1, -1)
+            plan = _new_plan(event.seq, False, -1, -1)
         else:
             op = shapes.check_marker(event)
             shapes.check_payload(event)
@@ -107,7 +121,7 @@ class SurfaceManager:
                 _check_coverage(event, shadowed)
                 if event.type == "tool/result":
                     _check_rewrite(event, shadowed, log)
-            plan = SurfacePlan(event.seq, True, first, last)
+            plan = _new_plan(event.seq, True, first, last)
         self._planned, self._planned_event = plan, event
         return plan
 
@@ -141,7 +155,7 @@ class SurfaceManager:
             if plan.first < 0:
                 nodes.append(plan.seq)
                 if self._undo is not None:
-                    self._undo.append(_Undo(len(nodes) - 1, [], False))
+                    self._undo.append(_new_undo(len(nodes) - 1, [], False))
             else:
                 shadowed = nodes[plan.first:plan.last + 1]
                 nodes[plan.first:plan.last + 1] = [plan.seq]
@@ -149,9 +163,9 @@ class SurfaceManager:
                     Replacement(plan.seq, shadowed[0], shadowed[-1], tuple(shadowed)))
                 self._generation += 1
                 if self._undo is not None:
-                    self._undo.append(_Undo(plan.first, shadowed, True))
+                    self._undo.append(_new_undo(plan.first, shadowed, True))
         elif self._undo is not None:
-            self._undo.append(_Undo(-1, [], False))
+            self._undo.append(_NOT_A_NODE)
         self._synced += 1
         self._planned = self._planned_event = None
 
