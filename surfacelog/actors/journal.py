@@ -130,7 +130,8 @@ class JournalStore(EventStore):
     def __init__(self, journal: Any, ship_delay_s: float = SHIP_DELAY_S) -> None:
         self._journal = journal
         self._ship_delay_s = ship_delay_s
-        self._queue: list[tuple[str, list[Event], int]] = []
+        self._queue: list[tuple[str, EventsPayload, int, int]] = []
+        self._last_encoded: tuple[Sequence[Event], EventsPayload] | None = None
         self._queued_events = 0
         self._wakeup = asyncio.Event()
         self._urgent = asyncio.Event()
@@ -156,12 +157,12 @@ class JournalStore(EventStore):
     async def append(self, session_id: str, events: Sequence[Event], *, epoch: int,
                      durable: bool = True) -> None:
         self._raise_failed(session_id)
+        payload = self._encode(events)
         if durable:
             await self.flush_session_queue()
-            await self._journal.append.remote(session_id, encode_events(list(events)),
-                                              epoch, True)
+            await self._journal.append.remote(session_id, payload, epoch, True)
             return
-        self._queue.append((session_id, list(events), epoch))
+        self._queue.append((session_id, payload, epoch, len(events)))
         self._queued_events += len(events)
         if self._queued_events >= SHIP_EVENTS:
             self._urgent.set()
@@ -169,6 +170,19 @@ class JournalStore(EventStore):
         self._wakeup.set()
         if self._sender is None or self._sender.done():
             self._sender = asyncio.get_running_loop().create_task(self._send_loop())
+
+    def _encode(self, events: Sequence[Event]) -> EventsPayload:
+        payload = encode_events(events if isinstance(events, list) else list(events))
+        self._last_encoded = (events, payload)
+        return payload
+
+    def encoded(self, events: Sequence[Event]) -> EventsPayload:
+        """``encode_events(events)``; when ``events`` is the very list appended last,
+        the bytes already made for the journal (a session actor replies with them)."""
+        last = self._last_encoded
+        if last is not None and last[0] is events:
+            return last[1]
+        return encode_events(list(events))
 
     async def _send_loop(self) -> None:
         while True:
@@ -184,12 +198,12 @@ class JournalStore(EventStore):
             self._urgent.clear()
             batches, self._queue = self._queue, []
             self._queued_events = 0
-            wire = [(sid, encode_events(events), epoch) for sid, events, epoch in batches]
+            wire = [(sid, payload, epoch) for sid, payload, epoch, _ in batches]
             try:
                 results = await self._journal.append_many.remote(wire)
             except Exception as exc:  # the journal is unreachable: fail every batch
                 results = [exc] * len(batches)
-            for (sid, _events, _epoch), result in zip(batches, results, strict=True):
+            for (sid, _payload, _epoch), result in zip(wire, results, strict=True):
                 if result is not None and sid not in self._failed:
                     self._failed[sid] = result
 

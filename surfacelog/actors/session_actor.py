@@ -31,7 +31,6 @@ from surfacelog.actors.protocol import (
     SessionStats,
     SessionUnavailable,
     decode_append,
-    encode_events,
 )
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
@@ -164,7 +163,7 @@ class SessionHostActor:
         req = decode_append(request)
         events = await self._run(req.session_id, lambda h: h.append_batch(
             req.specs, req.expected_seq, owned=True))
-        return encode_events(events)
+        return self._store.encoded(events)  # the bytes shipped to the journal
 
     async def events(self, session_id: str, since_seq: int = 0,
                      limit: int | None = None) -> list[Event]:
