@@ -50,23 +50,29 @@ EventsPayload = bytes | list[Event]
 (an integer beyond 64 bits in ``data``)."""
 
 
+_EXACT_DATA: Final = frozenset({dict, list, str, int, bool, type(None), UnsetType})
+_SCALARS: Final = (str, int, float)
+
+
 def _plain(spec: AppendSpec) -> bool:
     """True when a JSON round trip of ``spec`` gives exactly what ``Session.build``
     would make of it: its ``data`` is then the private JSON copy ``build`` takes, and
     the other fields come back as values ``build`` treats the same way."""
     data = spec.data
-    if isinstance(data, (str, int, float)) and not (
-            type(data) in (str, int, bool) or (type(data) is float and math.isfinite(data))):
+    kind = type(data)
+    if kind not in _EXACT_DATA and isinstance(data, _SCALARS) and not (
+            kind is float and math.isfinite(float(data))):
         return False  # a scalar subclass or a non-finite float: build keeps it as it is
-    op = spec.surface_op
+    op, seqs, ignorable = spec.surface_op, spec.source_event_seqs, spec.ignorable
+    if op is UNSET and seqs is UNSET and ignorable is UNSET:  # most events
+        return type(spec.type) is str
     if not (op is UNSET or (type(op) is str and op == "append") or (
             type(op) is ReplaceOp and type(op.start) is int and type(op.end) is int)):
         return False
-    seqs = spec.source_event_seqs
     if seqs is not UNSET and not (type(seqs) in (list, tuple)
                                   and all(type(s) is int for s in seqs)):
         return False
-    return type(spec.type) is str and (spec.ignorable is UNSET or spec.ignorable is True)
+    return type(spec.type) is str and (ignorable is UNSET or ignorable is True)
 
 
 class AppendRequest(Struct, array_like=True):
