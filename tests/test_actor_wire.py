@@ -16,8 +16,10 @@ from msgspec import UNSET
 from surfacelog.actors.protocol import (
     decode_append,
     decode_events,
+    decode_messages,
     encode_append,
     encode_events,
+    encode_messages,
 )
 from surfacelog.schema.events import ReplaceOp
 from surfacelog.session import AppendSpec, Session
@@ -80,6 +82,19 @@ def test_events_msgpack_cannot_hold_travel_as_the_list() -> None:
     payload = encode_events(events)
     assert payload == events
     assert decode_events(payload) == events
+
+
+def test_messages_travel_as_msgpack_or_as_the_list() -> None:
+    session = Session()
+    session.append_batch(_specs()[:3])
+    messages = session.derive_messages().to_list()
+    assert messages
+    payload = encode_messages(messages)
+    assert isinstance(payload, bytes)
+    assert decode_messages(payload) == messages
+    big = [{"role": "user", "n": 2**70}]
+    assert encode_messages(big) is big
+    assert decode_messages(encode_messages(big)) == big
 
 
 def test_unset_pickles_fast_to_itself() -> None:

@@ -29,6 +29,7 @@ from surfacelog.actors.protocol import (
     PruneRequest,
     SessionStats,
     decode_events,
+    decode_messages,
     encode_append,
 )
 from surfacelog.actors.session_actor import RemoteSessionHost
@@ -228,8 +229,8 @@ class SessionHandle:
         return decode_events(logged)
 
     async def events(self, since_seq: int = 0, limit: int | None = None) -> list[Event]:
-        events: list[Event] = await self._call("events", since_seq, limit, idempotent=True)
-        return events
+        return decode_events(await self._call("events_wire", since_seq, limit,
+                                              idempotent=True))
 
     async def surface(self) -> SurfaceSnapshot:
         snap: SurfaceSnapshot = await self._call("surface", idempotent=True)
@@ -241,9 +242,7 @@ class SessionHandle:
         return out
 
     async def derive_messages(self, as_of: int | None = None) -> list[dict[str, Any]]:
-        messages: list[dict[str, Any]] = await self._call("derive_messages", as_of,
-                                                          idempotent=True)
-        return messages
+        return decode_messages(await self._call("derive_wire", as_of, idempotent=True))
 
     async def fold(self) -> list[Replacement]:
         replacements: list[Replacement] = await self._call("fold", idempotent=True)

@@ -26,11 +26,14 @@ from surfacelog.actors.protocol import (
     Durability,
     EventsPayload,
     HostStats,
+    MessagesPayload,
     Placement,
     PruneRequest,
     SessionStats,
     SessionUnavailable,
     decode_append,
+    encode_events,
+    encode_messages,
 )
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
@@ -169,6 +172,11 @@ class SessionHostActor:
                      limit: int | None = None) -> list[Event]:
         return await self._read(session_id, lambda h: h.events(since_seq, limit))
 
+    async def events_wire(self, session_id: str, since_seq: int = 0,
+                          limit: int | None = None) -> EventsPayload:
+        """``events`` as ``encode_events`` bytes (what ``SessionHandle`` uses)."""
+        return encode_events(await self.events(session_id, since_seq, limit))
+
     async def surface(self, session_id: str) -> SurfaceSnapshot:
         return await self._read(session_id, lambda h: h.surface())
 
@@ -178,6 +186,12 @@ class SessionHostActor:
     async def derive_messages(self, session_id: str,
                               as_of: int | None = None) -> list[dict[str, Any]]:
         return await self._read(session_id, lambda h: h.derive_messages(as_of))
+
+    async def derive_wire(self, session_id: str, as_of: int | None = None
+                          ) -> MessagesPayload:
+        """``derive_messages`` as ``encode_messages`` bytes (what ``SessionHandle``
+        uses)."""
+        return encode_messages(await self.derive_messages(session_id, as_of))
 
     async def fold(self, session_id: str) -> list[Replacement]:
         return await self._read(session_id, lambda h: h.fold())
