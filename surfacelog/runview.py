@@ -62,7 +62,6 @@ def run_command(*, sessions: int, turns: int, placement: str, packs: int, driver
     progress = Progress(TextColumn("turns"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=console)
     task = progress.add_task("turns", total=sessions * turns)
-    status = Table.grid(padding=(0, 2))
     line = ["waiting for the first turn…"]
 
     def view() -> Group:
@@ -82,10 +81,12 @@ def run_command(*, sessions: int, turns: int, placement: str, packs: int, driver
     try:
         with Live(view(), console=console, refresh_per_second=8, transient=as_json) as live:
             result = asyncio.run(run_workload(cfg, on_sample))
+            final = result.progress
+            progress.update(task, completed=final.turns_done + final.turns_interrupted)
+            live.update(view())
     finally:
         if started_ray:
             ray.shutdown()
-    del status
     data = result.report()
     if report is not None:
         write_html(report, result)
