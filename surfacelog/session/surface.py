@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from msgspec import UNSET, Struct
 
 from surfacelog.schema.errors import SurfaceError
-from surfacelog.schema.events import Event
+from surfacelog.schema.events import EVENT_TYPES, MAX_SAFE_INT, Event
 from surfacelog.session import shapes
 from surfacelog.session.jsonvalue import json_equal
 from surfacelog.session.views import ListView
@@ -103,6 +103,20 @@ class SurfaceManager:
         shape, payload shape, range, provenance, coverage, tool/result rewrite. Raises
         ``SurfaceError`` for the first rule broken.
         """
+        seq, etype, t = event.seq, event.type, event.time
+        if (seq == self._synced and type(seq) is int and type(t) is int
+                and type(etype) is str and event.surface_op is UNSET
+                and event.source_event_seqs is UNSET and event.ignorable is UNSET
+                and -MAX_SAFE_INT <= t <= MAX_SAFE_INT):
+            spec = EVENT_TYPES.get(etype)
+            if spec is not None and not spec.eligible:
+                # Most events (chunks, steps, tool calls) are registered log-only events
+                # with a plain envelope: contiguity, envelope and eligibility hold by the
+                # test above, so only the payload is left to check.
+                shapes.check_payload(event)
+                plan = tuple.__new__(SurfacePlan, (seq, False, -1, -1))
+                self._planned, self._planned_event = plan, event
+                return plan
         shapes.check_contiguity(event, self._synced)
         shapes.check_envelope(event)
         if not shapes.check_eligibility(event):
