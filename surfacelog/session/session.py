@@ -13,6 +13,7 @@ from surfacelog.schema.codec import decode_json, encode_json
 from surfacelog.schema.errors import LogError
 from surfacelog.schema.events import Event, ReplaceOp
 from surfacelog.schema.header import SessionHeader
+from surfacelog.session import shapes
 from surfacelog.session.derive import MessageCache, MessagesView, derive_from_nodes
 from surfacelog.session.gcpause import gc_paused
 from surfacelog.session.surface import Replacement, SurfaceManager
@@ -179,8 +180,8 @@ class Session:
         """
         self._manager.plan(event, self._log)
 
-    def _commit(self, event: Event) -> Event:
-        plan = self._manager.plan(event, self._log)
+    def _commit(self, event: Event, payload_checked: bool = False) -> Event:
+        plan = self._manager.plan(event, self._log, payload_checked=payload_checked)
         self._log.append(event)
         self._manager.apply(plan)
         return event
@@ -226,14 +227,15 @@ class Session:
 
         ``owned``: the specs' ``data`` are JSON values nobody else holds (just decoded
         from JSON), so they are logged without the private copy ``build`` takes."""
-        out: list[Event] = []
         with self.atomic(), gc_paused():
             t = self._clock()
-            for item in items:
-                event = item if isinstance(item, Event) else self.build(item, time=t,
-                                                                        owned=owned)
-                out.append(self._commit(event))
-        return out
+            base = len(self._log)
+            events = [item if isinstance(item, Event)
+                      else self.build(item, seq=base + k, time=t, owned=owned)
+                      for k, item in enumerate(items)]
+            for event, checked in zip(events, shapes.payloads_valid(events), strict=True):
+                self._commit(event, checked)
+        return events
 
     @contextmanager
     def atomic(self) -> Iterator[None]:

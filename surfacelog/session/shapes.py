@@ -6,6 +6,7 @@ Each check raises ``SurfaceError`` naming its rule, the event type and the seq.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -160,3 +161,37 @@ def _check_tool_result(event: Event, msg: dict[str, Any]) -> None:
     is_error = blk.get("isError", UNSET)
     if is_error is not UNSET and type(is_error) is not bool:
         raise _shape_error(event, "tool/result block isError must be a boolean")
+
+
+_LIST_TYPES: dict[type[msgspec.Struct], Any] = {}
+
+
+def payloads_valid(events: Sequence[Event]) -> list[bool]:
+    """For each event, whether its payload is already known to be valid.
+
+    The payloads of each registered log-only type are converted in one msgspec call (a
+    batch of chunks costs one call, not one each). A group that fails is left unmarked:
+    the per-event checks then find and name its first bad event, in log order.
+    """
+    groups: dict[str, list[int]] = {}
+    for k, event in enumerate(events):
+        etype = event.type
+        if type(etype) is not str or event.data is UNSET:
+            continue
+        spec = EVENT_TYPES.get(etype)
+        if spec is not None and spec.payload is not None and not spec.eligible:
+            groups.setdefault(etype, []).append(k)
+    ok = [False] * len(events)
+    for etype, indexes in groups.items():
+        payload = EVENT_TYPES[etype].payload
+        assert payload is not None
+        list_type = _LIST_TYPES.get(payload)
+        if list_type is None:
+            list_type = _LIST_TYPES[payload] = list[payload]  # type: ignore[valid-type]
+        try:
+            msgspec.convert([events[k].data for k in indexes], list_type)
+        except msgspec.ValidationError:
+            continue
+        for k in indexes:
+            ok[k] = True
+    return ok

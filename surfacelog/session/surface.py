@@ -96,12 +96,14 @@ class SurfaceManager:
 
     # -- checking ----------------------------------------------------------------------
 
-    def plan(self, event: Event, log: Sequence[Event]) -> SurfacePlan:
+    def plan(self, event: Event, log: Sequence[Event], *,
+             payload_checked: bool = False) -> SurfacePlan:
         """Check ``event`` as the next event after ``log[:synced]``; change nothing.
 
         Runs, in SPEC order: contiguity, envelope and registry, eligibility, marker
         shape, payload shape, range, provenance, coverage, tool/result rewrite. Raises
-        ``SurfaceError`` for the first rule broken.
+        ``SurfaceError`` for the first rule broken. ``payload_checked``: the payload of
+        this log-only event was already found valid (``shapes.payloads_valid``).
         """
         seq, etype, t = event.seq, event.type, event.time
         if (seq == self._synced and type(seq) is int and type(t) is int
@@ -113,7 +115,8 @@ class SurfaceManager:
                 # Most events (chunks, steps, tool calls) are registered log-only events
                 # with a plain envelope: contiguity, envelope and eligibility hold by the
                 # test above, so only the payload is left to check.
-                shapes.check_payload(event)
+                if not payload_checked:
+                    shapes.check_payload(event)
                 plan = tuple.__new__(SurfacePlan, (seq, False, -1, -1))
                 self._planned, self._planned_event = plan, event
                 return plan
