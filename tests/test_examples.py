@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from paths import EXAMPLES
+from shared_examples import EXAMPLES, blank_texts
 from typer.testing import CliRunner
 
 from surfacelog.cli import app
@@ -184,13 +184,6 @@ def test_fold_human_output_smoke() -> None:
     assert "52" in result.stdout
 
 
-def _blank_texts(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: ("" if k == "text" else _blank_texts(v)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_blank_texts(v) for v in value]
-    return value
-
 
 def test_repair_json_on_crash_tail() -> None:
     path = EXAMPLES / "crash-tail.jsonl"
@@ -198,7 +191,7 @@ def test_repair_json_on_crash_tail() -> None:
     assert result.exit_code == 0
     got = json.loads(result.stdout)
     expected = json.loads((EXAMPLES / "crash-tail.repair.expected.json").read_text())
-    assert _blank_texts(got) == _blank_texts(expected)
+    assert blank_texts(got) == blank_texts(expected)
     assert all(e["data"]["message"]["content"][0]["content"][0]["text"]
                for e in got if e["type"] == "tool/result")
     # the printed closers decode and make a valid, closed log

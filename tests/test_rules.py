@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 from msgspec import UNSET
-from paths import EXAMPLES
+from shared_examples import EXAMPLES, blank_texts
 
 from surfacelog.schema import (
     Event,
@@ -886,13 +886,6 @@ def test_atomic_block_rolls_back_derived_history_too() -> None:
 # -- section 9: crash repair ---------------------------------------------------------------
 
 
-def _blank_texts(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: ("" if k == "text" else _blank_texts(v)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_blank_texts(v) for v in value]
-    return value
-
 
 def test_crash_tail_closers_match_the_expected_ones() -> None:
     events = read_log(EXAMPLES / "crash-tail.jsonl").events
@@ -900,7 +893,7 @@ def test_crash_tail_closers_match_the_expected_ones() -> None:
     closers = interrupted_turn_closers(events)
     got = decode_json(encode_log(None, closers).replace(b"\n", b",").rstrip(b",").join(
         [b"[", b"]"]))
-    assert _blank_texts(got) == _blank_texts(expected)
+    assert blank_texts(got) == blank_texts(expected)
     texts = [c.data["message"]["content"][0]["content"][0]["text"]
              for c in closers if c.type == "tool/result"]
     assert len(texts) == 2 and all(texts) and texts[0] != texts[1]

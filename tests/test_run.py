@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from paths import EXAMPLES
+from shared_examples import EXAMPLES
 from typer.testing import CliRunner
 
 from surfacelog.cli import app

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 from msgspec import UNSET
-from paths import EXAMPLES
+from shared_examples import EXAMPLES
 
 from surfacelog.schema import (
     EVENT_TYPES,

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from msgspec import UNSET
-from paths import EXAMPLES
 from sessiongen import Clock, add_turn, build_session, header, open_turn, sessions
+from shared_examples import EXAMPLES
 
 from surfacelog.schema.codec import read_log
 from surfacelog.schema.events import Event

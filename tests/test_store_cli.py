@@ -7,7 +7,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from paths import EXAMPLES
+from shared_examples import EXAMPLES
 from typer.testing import CliRunner
 
 from surfacelog.cli import app
