@@ -216,7 +216,10 @@ class Session:
         return self._commit(self.build(spec, time=time))
 
     def append_event(self, event: Event) -> Event:
-        """Append an event built by the caller (its seq must be the next one)."""
+        """Append an event built by the caller (its seq must be the next one). Raises
+        ``SurfaceError``. Unlike ``append``, the event is taken as it is, not copied
+        (replay and loading hand over millions of freshly decoded events): the caller
+        gives up its ``data`` and must not mutate it afterwards."""
         return self._commit(event)
 
     def append_batch(self, items: Iterable[AppendSpec | Event], *,
