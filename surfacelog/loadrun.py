@@ -49,7 +49,6 @@ class RunConfig:
     prune_over: int = 4000
     mode: str = "batch"
     seed: int = 0
-    num_cpus: int | None = None
 
 
 @dataclass

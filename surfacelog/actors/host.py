@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from msgspec import UNSET
+from msgspec import UNSET, to_builtins
 
 from surfacelog.actors.protocol import (
     CompactionRequest,
@@ -27,7 +27,7 @@ from surfacelog.actors.protocol import (
     SessionStats,
     SessionUnavailable,
 )
-from surfacelog.schema.events import APPEND, Event, ReplaceOp
+from surfacelog.schema.events import Event, ReplaceOp
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
 from surfacelog.session import (
     AppendSpec,
@@ -46,22 +46,12 @@ CHECKPOINT_INTRO = ("Checkpoint: a condensed account of an earlier part of this 
 CHECKPOINT_OUTRO = "</compacted-summary>"
 
 
-def _same_event(spec: AppendSpec, event: Event) -> bool:
-    """True when ``event`` is what appending ``spec`` produced (a retried request)."""
-    if spec.type != event.type or not json_equal(spec.data, event.data):
-        return False
-    op: Any = spec.surface_op
-    if isinstance(op, dict) and op.get("op") == "replace":
-        op = ReplaceOp(start=op["start"], end=op["end"])
-    if op != event.surface_op:
-        return False
-    seqs = spec.source_event_seqs
-    theirs = event.source_event_seqs
-    if (seqs is UNSET) != (theirs is UNSET):
-        return False
-    if seqs is not UNSET and list(seqs) != list(theirs):  # type: ignore[arg-type]
-        return False
-    return bool(spec.ignorable == event.ignorable)
+def _same_event(session: Session, spec: AppendSpec, event: Event) -> bool:
+    """True when ``event`` is what appending ``spec`` produced (a retried request):
+    the spec is built the way the append built it, at the logged seq and time, and the
+    two compared as JSON values (``true != 1``)."""
+    built = session.build(spec, seq=event.seq, time=event.time)
+    return json_equal(to_builtins(built), to_builtins(event))
 
 
 class SessionHost:
@@ -154,7 +144,8 @@ class SessionHost:
                   length: int) -> list[Event]:
         if expected_seq >= 0 and expected_seq + len(specs) <= length:
             logged = self.session.events(expected_seq, len(specs))
-            if all(_same_event(s, e) for s, e in zip(specs, logged, strict=True)):
+            if all(_same_event(self.session, s, e)
+                   for s, e in zip(specs, logged, strict=True)):
                 return logged
         self.conflicts += 1
         raise Conflict(
@@ -338,4 +329,4 @@ class SessionHost:
                 self.closed = "passivated"
 
 
-__all__ = ["APPEND", "SessionHost"]
+__all__ = ["SessionHost"]

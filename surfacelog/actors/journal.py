@@ -116,7 +116,7 @@ class JournalActor:
     async def stats(self) -> dict[str, Any]:
         """The store's commit counters (commits, events committed...)."""
         store = await self._get()
-        return dict(store.stats()) if hasattr(store, "stats") else {}
+        return dict(store.stats())
 
     async def close(self) -> None:
         if self._store is not None:

@@ -10,7 +10,7 @@ percent, which only moves when the threshold trips.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,9 +101,6 @@ def choose_range(nodes: Sequence[int], events: Sequence[Event], *, compact_at: i
         if tail >= retain_tokens and cuts[k] and k >= min_nodes:
             return CompactionChoice(tuple(nodes[:k]), total - tail, total)
     return None
-
-
-Summariser = Callable[[Sequence[Event]], list[dict[str, Any]]]
 
 
 def extractive_summary(events: Sequence[Event], max_chars: int = 1200) -> list[dict[str, Any]]:

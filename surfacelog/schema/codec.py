@@ -17,7 +17,7 @@ import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
 from surfacelog.schema.errors import DecodeError
-from surfacelog.schema.events import Event, ReplaceOp
+from surfacelog.schema.events import Event, surface_op_from_json
 from surfacelog.schema.header import SessionHeader, header_from_json, header_to_json
 
 _ENCODER = msgspec.json.Encoder()
@@ -59,14 +59,7 @@ def _value(raw: Raw) -> Any:
 
 
 def _surface_op(raw: Raw | UnsetType) -> Any:
-    if raw is UNSET:
-        return UNSET
-    value = _value(raw)
-    if isinstance(value, dict) and set(value) == {"op", "start", "end"} \
-            and value["op"] == "replace":
-        # Keep the values as read; the session checks they are valid seqs.
-        return ReplaceOp(start=value["start"], end=value["end"])
-    return value
+    return UNSET if raw is UNSET else surface_op_from_json(_value(raw))
 
 
 def _loose_event(line: bytes, where: str) -> Event:

@@ -39,6 +39,16 @@ SurfaceOp = Literal["append"] | ReplaceOp
 APPEND: Final = "append"
 
 
+def surface_op_from_json(value: Any) -> Any:
+    """A replace marker read as JSON (``{"op":"replace","start":S,"end":E}``, exactly
+    those keys) becomes a ``ReplaceOp`` holding the values as read; anything else is
+    returned unchanged for the session to judge (``"append"``, or an invalid marker)."""
+    if isinstance(value, dict) and value.keys() == {"op", "start", "end"} \
+            and value["op"] == "replace":
+        return ReplaceOp(start=value["start"], end=value["end"])
+    return value
+
+
 class Event(Struct, rename="camel", omit_defaults=True, forbid_unknown_fields=True,
             frozen=True, gc=False):
     """One logged event. Absent optional keys are ``UNSET``; a JSON ``null`` is ``None``.

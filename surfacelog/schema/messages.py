@@ -56,14 +56,6 @@ class ToolResultBlock(_Wire, tag_field="type", tag="tool-result"):
 Block = TextBlock | ReasoningBlock | ImageBlock | ToolCallBlock | ToolResultBlock
 """The known content blocks. Unknown block types stay plain JSON objects."""
 
-BLOCK_TYPES: dict[str, type[Struct]] = {
-    "text": TextBlock,
-    "reasoning": ReasoningBlock,
-    "image": ImageBlock,
-    "tool-call": ToolCallBlock,
-    "tool-result": ToolResultBlock,
-}
-
 
 class Source(_Wire):
     """A message source. ``kind`` is open: other kinds are allowed and kept."""

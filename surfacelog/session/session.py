@@ -11,7 +11,7 @@ from msgspec import UNSET, Struct
 
 from surfacelog.schema.codec import decode_json, encode_json
 from surfacelog.schema.errors import LogError
-from surfacelog.schema.events import Event, ReplaceOp
+from surfacelog.schema.events import Event, ReplaceOp, surface_op_from_json
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session import shapes
 from surfacelog.session.derive import MessageCache, MessagesView, derive_from_nodes
@@ -76,9 +76,9 @@ def _own_seqs(value: Any) -> Any:
 
 
 def _own_op(value: Any) -> Any:
-    if isinstance(value, dict) and set(value) == {"op", "start", "end"} \
-            and value["op"] == "replace":
-        return ReplaceOp(start=value["start"], end=value["end"])
+    value = surface_op_from_json(value)
+    if isinstance(value, ReplaceOp):
+        return value
     return _own(value) if isinstance(value, (dict, list)) else value
 
 
