@@ -14,6 +14,8 @@ import pytest
 from msgspec import UNSET
 
 from surfacelog.actors.protocol import (
+    LoggedEvents,
+    append_reply,
     decode_append,
     decode_events,
     decode_messages,
@@ -60,6 +62,45 @@ def test_wire_appends_log_what_structs_log() -> None:
     direct = Session(clock=Clock()).append_batch(specs)
     assert wired == direct
     assert decode_events(encode_events(wired)) == wired
+
+
+def test_a_fresh_append_is_answered_by_first_seq_and_time() -> None:
+    specs = _specs()
+    request = encode_append("s", specs, None)
+    assert request is not None
+    session = Session(clock=Clock())
+    events = session.append_batch(decode_append(request).specs, owned=True)
+    reply = append_reply(events, appended=True)
+    assert reply == (0, events[0].time)
+    returned = LoggedEvents.from_reply(request, len(specs), reply)
+    assert returned.seqs == range(0, 5) and len(returned) == 5
+    assert returned == events and returned.to_list() is returned.to_list()
+    assert returned[3] == events[3] and returned[1:3] == events[1:3]
+    assert list(returned) == events and returned != events[:4]
+    # Equal as JSON too: the rebuilt ReplaceOp and seqs are the logged kinds.
+    assert encode_events(returned.to_list()) == encode_events(events)
+    later = [specs[2], specs[4]]
+    request = encode_append("s", later, None)
+    assert request is not None
+    events = session.append_batch(decode_append(request).specs, owned=True)
+    returned = LoggedEvents.from_reply(request, 2, append_reply(events, appended=True))
+    assert returned.seqs == range(5, 7) and returned == events == session.log[5:]
+
+
+def test_a_retried_append_is_answered_by_the_logged_events() -> None:
+    specs = _specs()[:3]
+    request = encode_append("s", specs, 0)
+    assert request is not None
+    events = Session(clock=Clock()).append_batch(specs)
+    reply = append_reply(events, appended=False)
+    assert isinstance(reply, bytes)
+    returned = LoggedEvents.from_reply(request, len(specs), reply)
+    assert returned == events and returned.seqs == range(0, 3)
+    with pytest.raises(ValueError, match="answered with 3"):
+        LoggedEvents.from_reply(request, 4, reply)
+    assert append_reply([], appended=True) == encode_events([])
+    empty = LoggedEvents.from_reply(encode_append("s", [], None) or b"", 0, encode_events([]))
+    assert len(empty) == 0 and empty.seqs == range(0, 0) and empty == []
 
 
 @pytest.mark.parametrize("spec", [

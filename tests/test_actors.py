@@ -60,6 +60,31 @@ async def test_errors_cross_ray_intact(tmp_path: Path, placement: str) -> None:
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
+async def test_returned_events_are_the_logged_ones(tmp_path: Path, placement: str) -> None:
+    """A fresh append is answered with its first seq and time and the client makes the
+    events from its own request; a retried one is answered with the logged events.
+    Either way they equal what the log holds."""
+    host = make_host(tmp_path, placement)
+    try:
+        s = host.session("returned")
+        script = AgentScript("returned", ScriptConfig(tool_calls=2))
+        opened = await s.append_batch(script.turn_open(1), expected_seq=0)
+        stream = script.stream(1, 1, final=False)
+        specs = [script.step_start(1, 1), *stream.chunks]
+        logged = await s.append_batch(specs)
+        assert logged.seqs == range(len(opened), len(opened) + len(specs))
+        assert len(logged) == len(specs)
+        retried = await s.append_batch(specs, expected_seq=logged.seqs[0])
+        stored = await s.events(logged.seqs[0], len(specs))
+        assert logged == stored and retried == stored and logged == retried
+        assert [e.seq for e in logged] == list(logged.seqs)
+        assert len({e.time for e in logged}) == 1
+        assert (await s.surface()).length == logged.seqs.stop
+    finally:
+        host.shutdown()
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
 async def test_driven_sessions_with_compaction_replay_to_the_live_state(
         tmp_path: Path, placement: str) -> None:
     host = make_host(tmp_path, placement)

@@ -27,7 +27,7 @@ from surfacelog.schema import (
     encode_event,
     encode_log,
 )
-from surfacelog.session import Session, fold_surface, replay
+from surfacelog.session import AppendSpec, Session, fold_surface, replay
 
 T0 = 1_700_000_000_000
 SETTINGS = settings(max_examples=60, deadline=None,
@@ -499,6 +499,60 @@ def test_invalid_batches_leave_nothing_behind(program: list[Abs], data: Any) -> 
     s.append_batch(log[cut:])
     assert list(s.surface.nodes) == naive_fold(log)[0]
     assert s.derive_messages().to_list() == naive_project(log, naive_fold(log)[0])
+
+
+def _spec(event: Event) -> AppendSpec:
+    seqs = event.source_event_seqs
+    return AppendSpec(event.type, copy.deepcopy(event.data), event.surface_op,
+                      list(seqs) if isinstance(seqs, tuple) else seqs, event.ignorable)
+
+
+def _clocked(log: list[Event]) -> Session:
+    s = Session(clock=lambda: T0)
+    for event in log:
+        s.append_event(event)
+    return s
+
+
+@SETTINGS
+@given(program=programs(max_ops=30), data=st.data())
+def test_batch_of_specs_equals_appending_them_one_at_a_time(program: list[Abs],
+                                                            data: Any) -> None:
+    """``append_batch`` of specs (its batch fold) against ``append`` of each inside one
+    ``atomic()`` block (the one-event path): the same events, or the same error and
+    nothing left behind."""
+    log, _ = materialize(program, noise_for(data, program))
+    cut = data.draw(st.integers(0, len(log) - 1))
+    take = data.draw(st.integers(cut, len(log)))
+    specs = [_spec(e) for e in log[cut:take]]
+    if data.draw(st.booleans()):
+        nodes = naive_fold(log[:take])[0]
+        candidate = log[take] if take < len(log) else log[-1]
+        candidate = msgspec.structs.replace(candidate, seq=take)
+        variants = [bad for fragment, bad in invalid_variants(candidate, nodes)
+                    if "contiguous" not in fragment]
+        if variants:
+            specs.append(_spec(data.draw(st.sampled_from(variants))))
+    batched, single = _clocked(log[:cut]), _clocked(log[:cut])
+    before = state(batched)
+    outcomes = []
+    for session, run in ((batched, lambda: batched.append_batch(specs)),
+                         (single, lambda: _one_at_a_time(single, specs))):
+        try:
+            outcomes.append(run())
+        except SurfaceError as exc:
+            outcomes.append((exc.rule, exc.seq, str(exc)))
+            assert state(session) == before
+    assert outcomes[0] == outcomes[1]
+    assert state(batched) == state(single)
+    assert list(batched.surface.nodes) == naive_fold(batched.log)[0]
+
+
+def _one_at_a_time(s: Session, specs: list[AppendSpec]) -> list[Event]:
+    with s.atomic():
+        return [s.append(spec.type, spec.data, surface_op=spec.surface_op,
+                         source_event_seqs=spec.source_event_seqs, ignorable=spec.ignorable)
+                for spec in specs]
 
 
 @SETTINGS

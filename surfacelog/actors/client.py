@@ -25,6 +25,7 @@ from surfacelog.actors.protocol import (
     CompactionRequest,
     Durability,
     HostStats,
+    LoggedEvents,
     Placement,
     PruneRequest,
     SessionStats,
@@ -211,22 +212,24 @@ class SessionHandle:
             event: Event = await self._call("append", spec, expected_seq,
                                             idempotent=expected_seq is not None)
             return event
-        logged = await self._call("append_wire", request, keyed=False,
-                                  idempotent=expected_seq is not None)
-        return decode_events(logged)[0]
+        reply = await self._call("append_wire", request, keyed=False,
+                                 idempotent=expected_seq is not None)
+        return LoggedEvents.from_reply(request, 1, reply)[0]
 
     async def append_batch(self, specs: Sequence[AppendSpec],
-                           expected_seq: int | None = None) -> list[Event]:
-        """Append several events, all or nothing."""
+                           expected_seq: int | None = None) -> LoggedEvents:
+        """Append several events, all or nothing; returns them as logged (usually a
+        ``LoggedEvents``: its ``seqs`` are known at once, its events made on first
+        use). Raises as ``append``."""
         request = encode_append(self.session_id, specs, expected_seq)
         if request is None:
             events: list[Event] = await self._call("append_batch", list(specs),
                                                    expected_seq,
                                                    idempotent=expected_seq is not None)
-            return events
-        logged = await self._call("append_wire", request, keyed=False,
-                                  idempotent=expected_seq is not None)
-        return decode_events(logged)
+            return LoggedEvents.of(events)
+        reply = await self._call("append_wire", request, keyed=False,
+                                 idempotent=expected_seq is not None)
+        return LoggedEvents.from_reply(request, len(specs), reply)
 
     async def events(self, since_seq: int = 0, limit: int | None = None) -> list[Event]:
         return decode_events(await self._call("events_wire", since_seq, limit,

@@ -19,9 +19,14 @@ import ray
 from ray.exceptions import RayActorError
 
 from surfacelog.actors.client import SessionHandle, connect
-from surfacelog.actors.protocol import Conflict, Durability, Placement, SessionUnavailable
+from surfacelog.actors.protocol import (
+    Conflict,
+    Durability,
+    LoggedEvents,
+    Placement,
+    SessionUnavailable,
+)
 from surfacelog.actors.script import AgentScript, ScriptConfig
-from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec
 
 MAX_RESENDS = 50
@@ -87,7 +92,7 @@ class SessionDriver:
             end = start
         return 0
 
-    async def send(self, specs: Sequence[AppendSpec]) -> list[Event]:
+    async def send(self, specs: Sequence[AppendSpec]) -> LoggedEvents:
         """Append ``specs`` at the tail exactly once; resend after conflicts."""
         for _ in range(MAX_RESENDS):
             t0 = time.perf_counter()
@@ -108,7 +113,7 @@ class SessionDriver:
             self.progress.append_times_ms.append((time.time() - self.started) * 1000.0)
             self.progress.appends += 1
             self.progress.events += len(events)
-            self.next_seq = events[-1].seq + 1
+            self.next_seq = events.seqs.stop
             return events
         raise RuntimeError(f"session {self.handle.session_id}: gave up after "
                            f"{MAX_RESENDS} resends")
@@ -126,19 +131,19 @@ class SessionDriver:
         script, cfg = self.script, self.script.config
         self.turn_seq = None
         opened = await self.send(script.turn_open(turn))
-        self.turn_seq = opened[0].seq
+        self.turn_seq = opened.seqs[0]
         for step in range(1, cfg.steps + 1):
             final = step == cfg.steps
             stream = script.stream(turn, step, final)
             if cfg.mode == "batch":
                 logged = await self.send([script.step_start(turn, step), *stream.chunks])
-                chunk_seqs = [e.seq for e in logged[1:]]
+                chunk_seqs = list(logged.seqs[1:])
             else:
                 await self.send([script.step_start(turn, step)])
-                chunk_seqs = [(await self.send([c]))[0].seq for c in stream.chunks]
+                chunk_seqs = [(await self.send([c])).seqs[0] for c in stream.chunks]
             logged = await self.send([script.message(turn, step, stream, chunk_seqs),
                                       *(script.tool_call(turn, step, c) for c in stream.calls)])
-            call_seqs = [e.seq for e in logged[1:]]
+            call_seqs = list(logged.seqs[1:])
             await self.send([*(script.tool_result(turn, step, c, s)
                                for c, s in zip(stream.calls, call_seqs, strict=True)),
                              script.step_end(turn, step)])

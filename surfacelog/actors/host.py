@@ -15,7 +15,7 @@ import asyncio
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from msgspec import UNSET, to_builtins
 
@@ -52,6 +52,14 @@ def _same_event(session: Session, spec: AppendSpec, event: Event) -> bool:
     two compared as JSON values (``true != 1``)."""
     built = session.build(spec, seq=event.seq, time=event.time)
     return json_equal(to_builtins(built), to_builtins(event))
+
+
+class Appended(NamedTuple):
+    """The events of an append request; ``appended``: logged by it (else a retried
+    request found them in the log)."""
+
+    events: list[Event]
+    appended: bool
 
 
 class SessionHost:
@@ -132,13 +140,20 @@ class SessionHost:
         ``SurfaceError`` for a bad event, store errors for a failed write. ``owned``:
         see ``Session.append_batch``.
         """
+        return (await self.append_request(specs, expected_seq, owned=owned)).events
+
+    async def append_request(self, specs: Sequence[AppendSpec],
+                             expected_seq: int | None = None, *,
+                             owned: bool = False) -> Appended:
+        """``append_batch``, telling whether the events were appended now or found in
+        the log (a retried request)."""
         async with self.lock:
             self._touch()
             if expected_seq is not None:
                 length = len(self.session)
                 if expected_seq != length:
-                    return self._replayed(specs, expected_seq, length)
-            return await self._commit(specs, owned)
+                    return Appended(self._replayed(specs, expected_seq, length), False)
+            return Appended(await self._commit(specs, owned), True)
 
     def _replayed(self, specs: Sequence[AppendSpec], expected_seq: int,
                   length: int) -> list[Event]:

@@ -131,7 +131,6 @@ class JournalStore(EventStore):
         self._journal = journal
         self._ship_delay_s = ship_delay_s
         self._queue: list[tuple[str, EventsPayload, int, int]] = []
-        self._last_encoded: tuple[Sequence[Event], EventsPayload] | None = None
         self._queued_events = 0
         self._wakeup = asyncio.Event()
         self._urgent = asyncio.Event()
@@ -172,17 +171,7 @@ class JournalStore(EventStore):
             self._sender = asyncio.get_running_loop().create_task(self._send_loop())
 
     def _encode(self, events: Sequence[Event]) -> EventsPayload:
-        payload = encode_events(events if isinstance(events, list) else list(events))
-        self._last_encoded = (events, payload)
-        return payload
-
-    def encoded(self, events: Sequence[Event]) -> EventsPayload:
-        """``encode_events(events)``; when ``events`` is the very list appended last,
-        the bytes already made for the journal (a session actor replies with them)."""
-        last = self._last_encoded
-        if last is not None and last[0] is events:
-            return last[1]
-        return encode_events(list(events))
+        return encode_events(events if isinstance(events, list) else list(events))
 
     async def _send_loop(self) -> None:
         while True:

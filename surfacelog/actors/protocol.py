@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import copyreg
 import math
-from collections.abc import Sequence
-from typing import Any, Final, Literal
+from collections.abc import Iterator, Sequence
+from typing import Any, Final, Literal, overload
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
 from surfacelog.schema.events import Event, ReplaceOp
-from surfacelog.session import AppendSpec
+from surfacelog.session import AppendSpec, build_event
 from surfacelog.session.gcpause import gc_paused
 
 
@@ -113,6 +113,99 @@ def encode_events(events: list[Event]) -> EventsPayload:
         return _EVENTS_ENCODER.encode(events)
     except (TypeError, OverflowError, msgspec.EncodeError):
         return events
+
+
+AppendReply = tuple[int, int] | EventsPayload
+"""What an ``append_wire`` returns: ``(first_seq, time)`` when the logged events are the
+request's specs built (``build_event``, owned) at consecutive seqs from ``first_seq``, all
+at ``time``, which is what every append that appends is; otherwise (a retried request
+answered from the log) the logged events themselves. The usual reply is then two
+integers, not the batch a second time."""
+
+
+def append_reply(events: list[Event], appended: bool) -> AppendReply:
+    """The reply to an append request that logged ``events`` (``appended``: just now,
+    built from the request's specs; else found in the log)."""
+    if appended and events:
+        return (events[0].seq, events[0].time)
+    return encode_events(events)
+
+
+class LoggedEvents(Sequence[Event]):
+    """The events an append logged, as the client sees them: their count and seqs are
+    known at once, the events themselves are made on first use (rebuilt from the request
+    for an ``(first_seq, time)`` reply, decoded otherwise). Compares equal to any
+    sequence of the same events."""
+
+    __slots__ = ("_count", "_events", "_first", "_request", "_time")
+
+    def __init__(self, events: list[Event] | None, first_seq: int, count: int,
+                 time: int | None = None, request: bytes | None = None) -> None:
+        if events is None and (time is None or request is None):
+            raise ValueError("LoggedEvents needs the events, or the request and time")
+        self._events = events
+        self._first, self._count = first_seq, count
+        self._time, self._request = time, request
+
+    @classmethod
+    def of(cls, events: list[Event]) -> LoggedEvents:
+        """The events themselves."""
+        return cls(events, events[0].seq if events else 0, len(events))
+
+    @classmethod
+    def from_reply(cls, request: bytes, count: int, reply: AppendReply) -> LoggedEvents:
+        """What an ``append_wire`` of ``request`` (``count`` specs) answered."""
+        if isinstance(reply, tuple):
+            first, t = reply
+            return cls(None, first, count, t, request)
+        events = decode_events(reply)
+        if len(events) != count:
+            raise ValueError(f"an append of {count} events was answered with "
+                             f"{len(events)}")
+        return cls.of(events)
+
+    @property
+    def seqs(self) -> range:
+        """The seqs of the events, without making them."""
+        return range(self._first, self._first + self._count)
+
+    def to_list(self) -> list[Event]:
+        """The events (made once, then kept)."""
+        if self._events is None:
+            assert self._time is not None and self._request is not None
+            specs = decode_append(self._request).specs
+            first, t = self._first, self._time
+            with gc_paused():
+                self._events = [build_event(spec, first + k, t, owned=True)
+                                for k, spec in enumerate(specs)]
+        return self._events
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> Event: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Event]: ...
+
+    def __getitem__(self, index: int | slice) -> Event | list[Event]:
+        return self.to_list()[index]
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self.to_list())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LoggedEvents):
+            return self.to_list() == other.to_list()
+        if isinstance(other, (list, tuple)):
+            return self.to_list() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"LoggedEvents(seqs={self.seqs!r})"
 
 
 MessagesPayload = bytes | list[dict[str, Any]]

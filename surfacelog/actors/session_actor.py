@@ -22,6 +22,7 @@ import ray
 from surfacelog.actors.host import SessionHost
 from surfacelog.actors.journal import NAMESPACE, JournalStore, journal_name
 from surfacelog.actors.protocol import (
+    AppendReply,
     CompactionRequest,
     Durability,
     EventsPayload,
@@ -31,6 +32,7 @@ from surfacelog.actors.protocol import (
     PruneRequest,
     SessionStats,
     SessionUnavailable,
+    append_reply,
     decode_append,
     encode_events,
     encode_messages,
@@ -160,13 +162,13 @@ class SessionHostActor:
                            expected_seq: int | None = None) -> list[Event]:
         return await self._run(session_id, lambda h: h.append_batch(specs, expected_seq))
 
-    async def append_wire(self, request: bytes) -> EventsPayload:
-        """``append_batch`` of an ``encode_append`` request; returns ``encode_events`` of
-        the logged events. What ``SessionHandle`` uses: one argument, no pickling."""
+    async def append_wire(self, request: bytes) -> AppendReply:
+        """``append_batch`` of an ``encode_append`` request, answered by
+        ``append_reply``. What ``SessionHandle`` uses: one argument, no pickling."""
         req = decode_append(request)
-        events = await self._run(req.session_id, lambda h: h.append_batch(
+        events, appended = await self._run(req.session_id, lambda h: h.append_request(
             req.specs, req.expected_seq, owned=True))
-        return self._store.encoded(events)  # the bytes shipped to the journal
+        return append_reply(events, appended)
 
     async def events(self, session_id: str, since_seq: int = 0,
                      limit: int | None = None) -> list[Event]:

@@ -20,6 +20,7 @@ from surfacelog.session.session import (
     Session,
     SessionSurface,
     SurfaceSnapshot,
+    build_event,
     now_ms,
     replay,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "SurfaceManager",
     "SurfacePlan",
     "SurfaceSnapshot",
+    "build_event",
     "derive_from_nodes",
     "derive_messages_linear",
     "fold_surface",

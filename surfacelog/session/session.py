@@ -82,6 +82,25 @@ def _own_op(value: Any) -> Any:
     return _own(value) if isinstance(value, (dict, list)) else value
 
 
+def build_event(spec: AppendSpec, seq: int, time: int, *, owned: bool = False) -> Event:
+    """The event ``spec`` becomes at ``seq`` and ``time``, with a private copy of the
+    caller's data (``owned``: ``spec.data`` is already a JSON value nobody else holds,
+    kept as it is). Validates nothing: appending the event does. Deterministic, so that
+    whoever holds the spec can rebuild what was logged from it."""
+    if spec.surface_op is UNSET and spec.source_event_seqs is UNSET:  # most events
+        return Event(spec.type, seq, time, spec.data if owned else _own(spec.data),
+                     UNSET, UNSET, spec.ignorable)
+    return Event(
+        type=spec.type,
+        seq=seq,
+        time=time,
+        data=spec.data if owned else _own(spec.data),
+        source_event_seqs=_own_seqs(spec.source_event_seqs),
+        surface_op=_own_op(spec.surface_op),
+        ignorable=spec.ignorable,
+    )
+
+
 class Session:
     """An append-only event log with its surface and derived history.
 
@@ -188,17 +207,10 @@ class Session:
 
     def build(self, spec: AppendSpec, *, seq: int | None = None,
               time: int | None = None, owned: bool = False) -> Event:
-        """The event ``spec`` becomes at ``seq`` (default: next), caller data copied
-        (``owned``: ``spec.data`` is already a private JSON value, kept as it is)."""
-        return Event(
-            type=spec.type,
-            seq=len(self._log) if seq is None else seq,
-            time=self._clock() if time is None else time,
-            data=spec.data if owned else _own(spec.data),
-            source_event_seqs=_own_seqs(spec.source_event_seqs),
-            surface_op=_own_op(spec.surface_op),
-            ignorable=spec.ignorable,
-        )
+        """``build_event`` of ``spec`` at ``seq`` (default: next) and ``time`` (default:
+        now)."""
+        return build_event(spec, len(self._log) if seq is None else seq,
+                           self._clock() if time is None else time, owned=owned)
 
     def append(
         self,
@@ -233,12 +245,15 @@ class Session:
         with self.atomic(), gc_paused():
             t = self._clock()
             base = len(self._log)
-            events = [item if isinstance(item, Event)
-                      else self.build(item, seq=base + k, time=t, owned=owned)
-                      for k, item in enumerate(items)]
-            for event, checked in zip(events, shapes.payloads_valid(events), strict=True):
-                self._commit(event, checked)
+            events = self._build_batch(items, base, t, owned)
+            self._manager.fold_batch(events, self._log, shapes.payloads_valid(events))
         return events
+
+    def _build_batch(self, items: Iterable[AppendSpec | Event], base: int, t: int,
+                     owned: bool) -> list[Event]:
+        """``build_event`` of each spec from seq ``base`` at time ``t``; events kept."""
+        return [item if isinstance(item, Event) else build_event(item, k, t, owned=owned)
+                for k, item in enumerate(items, base)]
 
     @contextmanager
     def atomic(self) -> Iterator[None]:
@@ -283,6 +298,7 @@ __all__ = [
     "Session",
     "SessionSurface",
     "SurfaceSnapshot",
+    "build_event",
     "now_ms",
     "replay",
 ]

@@ -200,6 +200,47 @@ class SurfaceManager:
                 self.apply(self.plan(event, log))
         return len(log) - start
 
+    def fold_batch(self, events: Sequence[Event], log: list[Event],
+                   checked: Sequence[bool]) -> None:
+        """Check and commit ``events`` one after another, appending each to ``log``
+        (which must be the log this manager folded, ``synced`` events long). The same
+        checks as ``plan`` then ``apply`` for each, in order; ``checked[k]``: the payload
+        of ``events[k]`` is known valid (``shapes.payloads_valid``). Raises
+        ``SurfaceError`` for the first bad event; the events before it stay appended and
+        folded (inside ``begin``, ``rollback`` undoes them).
+
+        Runs of plain log-only events (most of a turn: chunks, steps, tool calls) are
+        checked in one loop and committed by one ``extend``: they never touch the nodes.
+        """
+        types = EVENT_TYPES
+        total, k = len(events), 0
+        while k < total:
+            run_start, seq = k, self._synced
+            while k < total:
+                event = events[k]
+                t = event.time
+                if not (checked[k] and event.seq == seq and type(event.seq) is int
+                        and type(t) is int and -MAX_SAFE_INT <= t <= MAX_SAFE_INT
+                        and event.surface_op is UNSET and event.source_event_seqs is UNSET
+                        and event.ignorable is UNSET):
+                    break
+                spec = types.get(event.type)  # ``checked``: the type is a registered str
+                if spec is None or spec.eligible:
+                    break
+                k += 1
+                seq += 1
+            if k > run_start:
+                log.extend(events[run_start:k])
+                self._synced = seq
+                if self._undo is not None:
+                    self._undo.extend([_NOT_A_NODE] * (k - run_start))
+            if k < total:
+                event = events[k]
+                plan = self.plan(event, log, payload_checked=checked[k])
+                log.append(event)
+                self.apply(plan)
+                k += 1
+
     # -- all-or-nothing batches ----------------------------------------------------------
 
     def begin(self) -> None:
