@@ -71,7 +71,7 @@ def test_a_fresh_append_is_answered_by_first_seq_and_time() -> None:
     session = Session(clock=Clock())
     events = session.append_batch(decode_append(request).specs, owned=True)
     reply = append_reply(events, appended=True)
-    assert reply == (0, events[0].time)
+    assert isinstance(reply, bytes) and len(reply) < 40
     returned = LoggedEvents.from_reply(request, len(specs), reply)
     assert returned.seqs == range(0, 5) and len(returned) == 5
     assert returned == events and returned.to_list() is returned.to_list()

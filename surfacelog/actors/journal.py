@@ -8,7 +8,8 @@ and shipped to the journal in order by one sender task, batches of many sessions
 call; a failure is kept for its session and raised by that session's next append or
 flush. The sender lingers up to ``ship_delay_s`` so that one call carries many appends
 (each Ray call costs the actor about as much CPU as serving a request); a flush, a durable
-append or ``SHIP_EVENTS`` queued events ship at once.
+append or ``SHIP_EVENTS`` queued events ship at once. Past ``MAX_BUFFERED_EVENTS``
+uncommitted events a buffered append waits for the journal (backpressure).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ SHIP_DELAY_S = 0.05
 """How long buffered batches wait in a session actor for company before shipping."""
 SHIP_EVENTS = 4096
 """Queued events that ship at once, without waiting for ``SHIP_DELAY_S``."""
+MAX_BUFFERED_EVENTS = 65_536
+"""Buffered events (queued, or shipped and not yet committed) at which a buffered append
+waits for the journal before it is queued: a producer faster than the disk is slowed
+down instead of filling the session actor's memory."""
 
 
 def db_key(db: str) -> str:
@@ -127,11 +132,16 @@ class JournalActor:
 class JournalStore(EventStore):
     """``EventStore`` over a journal actor handle, for use inside session actors."""
 
-    def __init__(self, journal: Any, ship_delay_s: float = SHIP_DELAY_S) -> None:
+    def __init__(self, journal: Any, ship_delay_s: float = SHIP_DELAY_S,
+                 max_buffered_events: int = MAX_BUFFERED_EVENTS) -> None:
         self._journal = journal
         self._ship_delay_s = ship_delay_s
+        self._max_buffered = max_buffered_events
         self._queue: list[tuple[str, EventsPayload, int, int]] = []
         self._queued_events = 0
+        self._buffered_events = 0  # queued or in flight
+        self._room = asyncio.Event()
+        self._room.set()
         self._wakeup = asyncio.Event()
         self._urgent = asyncio.Event()
         self._idle = asyncio.Event()
@@ -156,6 +166,13 @@ class JournalStore(EventStore):
     async def append(self, session_id: str, events: Sequence[Event], *, epoch: int,
                      durable: bool = True) -> None:
         self._raise_failed(session_id)
+        if not durable:
+            # Wait before queueing, never after: a caller cancelled while waiting rolls
+            # its events back, and they must not be on their way to the journal.
+            while self._buffered_events >= self._max_buffered:
+                self._room.clear()
+                self._urgent.set()
+                await self._room.wait()
         payload = self._encode(events)
         if durable:
             await self.flush_session_queue()
@@ -163,12 +180,18 @@ class JournalStore(EventStore):
             return
         self._queue.append((session_id, payload, epoch, len(events)))
         self._queued_events += len(events)
+        self._buffered_events += len(events)
         if self._queued_events >= SHIP_EVENTS:
             self._urgent.set()
         self._idle.clear()
         self._wakeup.set()
         if self._sender is None or self._sender.done():
             self._sender = asyncio.get_running_loop().create_task(self._send_loop())
+
+    @property
+    def buffered_events(self) -> int:
+        """Buffered events not yet committed (queued or shipped)."""
+        return self._buffered_events
 
     def _encode(self, events: Sequence[Event]) -> EventsPayload:
         return encode_events(events if isinstance(events, list) else list(events))
@@ -195,6 +218,9 @@ class JournalStore(EventStore):
             for (sid, _payload, _epoch), result in zip(wire, results, strict=True):
                 if result is not None and sid not in self._failed:
                     self._failed[sid] = result
+            self._buffered_events -= sum(count for *_, count in batches)
+            if self._buffered_events < self._max_buffered:
+                self._room.set()
 
     async def flush_session_queue(self) -> None:
         """Wait until every buffered batch reached the journal and was committed."""

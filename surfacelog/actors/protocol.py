@@ -115,19 +115,28 @@ def encode_events(events: list[Event]) -> EventsPayload:
         return events
 
 
-AppendReply = tuple[int, int] | EventsPayload
-"""What an ``append_wire`` returns: ``(first_seq, time)`` when the logged events are the
-request's specs built (``build_event``, owned) at consecutive seqs from ``first_seq``, all
-at ``time``, which is what every append that appends is; otherwise (a retried request
-answered from the log) the logged events themselves. The usual reply is then two
-integers, not the batch a second time."""
+class AppendAck(Struct, frozen=True):
+    """The usual reply to an append: the logged events are the request's specs built
+    (``build_event``, owned) at consecutive seqs from ``first_seq``, all at ``time``."""
+
+    first_seq: int
+    time: int
+
+
+AppendReply = EventsPayload
+"""What an ``append_wire`` returns, as msgpack bytes: an ``AppendAck`` for an append that
+appended (every fresh one), else (a retried request answered from the log) the logged
+events, as ``encode_events`` makes them. The usual reply is then two integers, not the
+batch a second time; and bytes, which Ray moves faster than any other value."""
+
+_REPLY_DECODER: Final = msgspec.msgpack.Decoder(AppendAck | list[Event])
 
 
 def append_reply(events: list[Event], appended: bool) -> AppendReply:
     """The reply to an append request that logged ``events`` (``appended``: just now,
     built from the request's specs; else found in the log)."""
     if appended and events:
-        return (events[0].seq, events[0].time)
+        return _EVENTS_ENCODER.encode(AppendAck(events[0].seq, events[0].time))
     return encode_events(events)
 
 
@@ -155,10 +164,14 @@ class LoggedEvents(Sequence[Event]):
     @classmethod
     def from_reply(cls, request: bytes, count: int, reply: AppendReply) -> LoggedEvents:
         """What an ``append_wire`` of ``request`` (``count`` specs) answered."""
-        if isinstance(reply, tuple):
-            first, t = reply
-            return cls(None, first, count, t, request)
-        events = decode_events(reply)
+        if isinstance(reply, list):
+            events = reply
+        else:
+            with gc_paused():
+                decoded = _REPLY_DECODER.decode(reply)
+            if isinstance(decoded, AppendAck):
+                return cls(None, decoded.first_seq, count, decoded.time, request)
+            events = decoded
         if len(events) != count:
             raise ValueError(f"an append of {count} events was answered with "
                              f"{len(events)}")

@@ -1,0 +1,89 @@
+"""The journal store a session actor writes through, against a real journal actor (a
+real SQLite file) whose commits can be held back."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+from sessiongen import header as header_for
+
+from surfacelog.actors.journal import JournalActor, JournalStore
+from surfacelog.actors.protocol import EventsPayload
+from surfacelog.session import AppendSpec, Session
+
+pytestmark = pytest.mark.usefixtures("ray_local")
+
+
+def gated_journal(db: str) -> Any:
+    """A real journal actor, except that buffered commits wait until ``release``. (The
+    class is made here so that Ray ships it by value: workers cannot import tests.)"""
+
+    class GatedJournal(JournalActor):
+        def __init__(self, db: str) -> None:
+            super().__init__(db, {})
+            self._gate = asyncio.Event()
+
+        async def append_many(self, batches: list[tuple[str, EventsPayload, int]]
+                              ) -> list[BaseException | None]:
+            await self._gate.wait()
+            return await super().append_many(batches)
+
+        async def release(self) -> None:
+            self._gate.set()
+
+    return ray.remote(GatedJournal).remote(db)
+
+
+def _batch(session: Session, size: int) -> list[AppendSpec]:
+    base = len(session)
+    return [AppendSpec("todo/write", {"todos": [{"content": f"t{base + k}",
+                                                 "status": "pending"}]})
+            for k in range(size)]
+
+
+async def test_buffered_appends_wait_for_the_journal_past_the_bound(tmp_path: Path) -> None:
+    journal = gated_journal(str(tmp_path / "gated.db"))
+    store = JournalStore(journal, ship_delay_s=0.0, max_buffered_events=100)
+    header = header_for("gated")
+    epoch = await store.create(header)
+    session = Session(header=header)
+    for _ in range(2):  # 60, then 120 buffered: each starts under the bound
+        events = session.append_batch(_batch(session, 60))
+        await asyncio.wait_for(store.append("gated", events, epoch=epoch, durable=False), 5)
+    assert store.buffered_events == 120
+    third = session.append_batch(_batch(session, 60))
+    waiting = asyncio.ensure_future(store.append("gated", third, epoch=epoch, durable=False))
+    await asyncio.sleep(0.5)
+    assert not waiting.done() and store.buffered_events == 120
+    await journal.release.remote()
+    await asyncio.wait_for(waiting, 10)
+    await store.flush_session("gated")
+    assert store.buffered_events == 0
+    stored = await store.read_since("gated", 0, None)
+    assert stored == session.log
+    await store.close()
+
+
+async def test_a_cancelled_wait_queues_nothing(tmp_path: Path) -> None:
+    journal = gated_journal(str(tmp_path / "cancel.db"))
+    store = JournalStore(journal, ship_delay_s=0.0, max_buffered_events=10)
+    header = header_for("cancel")
+    epoch = await store.create(header)
+    session = Session(header=header)
+    first = session.append_batch(_batch(session, 10))
+    await store.append("cancel", first, epoch=epoch, durable=False)
+    extra = session.append_batch(_batch(session, 5))
+    waiting = asyncio.ensure_future(store.append("cancel", extra, epoch=epoch, durable=False))
+    await asyncio.sleep(0.3)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert store.buffered_events == 10
+    await journal.release.remote()
+    await store.flush_session("cancel")
+    assert await store.read_since("cancel", 0, None) == first
+    await store.close()
