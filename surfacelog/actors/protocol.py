@@ -3,10 +3,11 @@
 Every reply is a msgspec struct (or a list of events/messages); every error is a typed
 exception that pickles to the same class and message on the caller's side.
 
-Appends travel as bytes (the "wire" helpers below): specs as one JSON document, logged
-events as one msgpack document. Ray pickles anything else with cloudpickle, which calls
-back into Python for every struct and every ``UNSET`` field; on the append path that cost
-more than the Ray call itself.
+Appends travel as bytes (the "wire" helpers below): specs as one JSON document, and the
+reply as msgpack, usually an ``AppendAck`` (the first seq and the time) from which the
+client makes the logged events itself when they are read (``LoggedEvents``). Ray pickles
+anything else with cloudpickle, which calls back into Python for every struct and every
+``UNSET`` field; on the append path that cost more than the Ray call itself.
 """
 
 from __future__ import annotations
@@ -143,8 +144,8 @@ def append_reply(events: list[Event], appended: bool) -> AppendReply:
 class LoggedEvents(Sequence[Event]):
     """The events an append logged, as the client sees them: their count and seqs are
     known at once, the events themselves are made on first use (rebuilt from the request
-    for an ``(first_seq, time)`` reply, decoded otherwise). Compares equal to any
-    sequence of the same events."""
+    for an ``AppendAck`` reply, decoded otherwise). Compares equal to a list or tuple of
+    the same events."""
 
     __slots__ = ("_count", "_events", "_first", "_request", "_time")
 
