@@ -77,10 +77,11 @@ class Host:
         self.idle_timeout_s = idle_timeout_s
         self.journal = journal
         self._actors: dict[str, Any] = {}
+        self._key = db_key(db)
 
     def actor_name(self, session_id: str) -> str:
         """The Ray actor name that serves ``session_id`` in this placement."""
-        key = db_key(self.db)
+        key = self._key
         if self.placement == "dedicated":
             return f"session:{key}:{session_id}"
         shard = zlib.crc32(session_id.encode()) % self.packs

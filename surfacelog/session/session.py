@@ -242,6 +242,13 @@ class Session:
 
         ``owned``: the specs' ``data`` are JSON values nobody else holds (just decoded
         from JSON), so they are logged without the private copy ``build`` takes."""
+        if isinstance(items, (list, tuple)) and len(items) == 1:
+            # One event (a streamed chunk): the batch machinery would cost more than it
+            # saves, and there is nothing to undo when its only check fails.
+            item = items[0]
+            event = item if isinstance(item, Event) else build_event(
+                item, len(self._log), self._clock(), owned=owned)
+            return [self._commit(event)]
         with self.atomic(), gc_paused():
             t = self._clock()
             base = len(self._log)
