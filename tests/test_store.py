@@ -521,6 +521,33 @@ async def test_failed_batch_fails_alone_in_its_group(tmp_path: Path) -> None:
         await other.close()
 
 
+async def test_sessions_created_at_once_share_commits(store: SqliteEventStore) -> None:
+    """Creates go through the group writer: a wave of them shares transactions, a
+    duplicate id fails alone with ``SessionExists``, a create with events stores them."""
+    seeded = list(build_session("seeded", 1).log)
+    before, batches = store.stats()["commits"], store.stats()["batches"]
+    results = await asyncio.gather(
+        *(store.create(header(f"c{i:03d}")) for i in range(150)),
+        store.create(header("c007")),
+        store.create(header("seeded"), seeded),
+        return_exceptions=True)
+    assert results[:150] == [1] * 150 and results[151] == 1
+    assert isinstance(results[150], SessionExists)
+    assert "'c007' is already stored" in str(results[150])
+    assert store.stats()["batches"] - batches == 151  # the writer's: one per create
+    assert store.stats()["commits"] - before < 150 / 4, store.stats()
+    infos = {i.id: i for i in await store.list_sessions()}
+    assert len(infos) == 151
+    assert (infos["c042"].length, infos["c042"].writer_epoch, infos["c042"].last_time) == \
+        (0, 1, None)
+    assert infos["seeded"].length == len(seeded)
+    assert infos["seeded"].last_time == seeded[-1].time
+    assert await store.read_since("seeded") == seeded
+    assert await store.header("c007") == header("c007")
+    opened = await store.open_session("c042")
+    assert opened.epoch == 2
+
+
 async def test_failed_commit_keeps_batches_queued(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
     store = await SqliteEventStore.open(path, busy_timeout_ms=50)

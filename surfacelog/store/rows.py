@@ -75,11 +75,12 @@ def insert_rows(conn: sqlite3.Connection, rows: Sequence[Row]) -> None:
 
 
 class EncodedBatch(NamedTuple):
-    """A batch ready to insert: its first seq, its rows, the last event's time."""
+    """A batch ready to insert: its first seq, its rows, the last event's time (``None``
+    for an empty batch, which only a create queues)."""
 
     start: int
     rows: list[Row]
-    last_time: int
+    last_time: int | None
 
 
 def _json(value: Any, event: Event, field: str) -> str:

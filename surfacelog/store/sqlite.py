@@ -25,7 +25,6 @@ from surfacelog.store.base import (
     EventStore,
     OpenedSession,
     SeqMismatch,
-    SessionExists,
     SessionInfo,
     SessionNotFound,
     StoreError,
@@ -37,10 +36,9 @@ from surfacelog.store.rows import (
     StoredRow,
     decode_rows,
     encode_batch,
-    insert_rows,
 )
 from surfacelog.store.schema_check import check_or_initialise, classify, inspect_file, read_shape
-from surfacelog.store.writer import GroupWriter
+from surfacelog.store.writer import GroupWriter, NewSession
 
 Synchronous = Literal["FULL", "NORMAL"]
 T = TypeVar("T")
@@ -82,24 +80,6 @@ def _in_transaction(conn: sqlite3.Connection, begin: str, work: Callable[[], T])
             conn.execute("ROLLBACK")
         raise
     return result
-
-
-def _insert_session(header: SessionHeader, batch: EncodedBatch | None,
-                    conn: sqlite3.Connection) -> None:
-    def work() -> None:
-        try:
-            conn.execute(
-                "INSERT INTO sessions (id, header, created_at, writer_epoch, next_seq,"
-                " last_time) VALUES (?, ?, ?, 1, ?, ?)",
-                (header.id, _ENCODER.encode(header_to_json(header)).decode(),
-                 header.created_at, 0 if batch is None else len(batch.rows),
-                 None if batch is None else batch.last_time))
-        except sqlite3.IntegrityError as exc:
-            raise SessionExists(f"session {header.id!r} is already stored") from exc
-        if batch is not None:
-            insert_rows(conn, batch.rows)
-
-    _in_transaction(conn, "BEGIN IMMEDIATE", work)
 
 
 def _read_session(session_id: str, since_seq: int, limit: int, bump: bool,
@@ -207,11 +187,15 @@ class SqliteEventStore(EventStore):
         read), ``StoreError``."""
         self._check_open()
         check_header(header)
-        batch = encode_batch(header.id, events) if events else None
-        if batch is not None and batch.start != 0:
+        batch = encode_batch(header.id, events) if events else EncodedBatch(0, [], None)
+        if batch.start != 0:
             raise SeqMismatch(f"session {header.id!r}: initial events start at seq "
                               f"{batch.start}, expected 0")
-        await self._run(partial(_insert_session, header, batch), f"create {header.id!r}")
+        new = NewSession(_ENCODER.encode(header_to_json(header)).decode(), header.created_at)
+        # Through the group writer: sessions created at once share commits.
+        waiter = self._writer.submit(header.id, 1, batch, durable=True, create=new)
+        assert waiter is not None
+        await waiter
         return 1
 
     async def open_session(self, session_id: str) -> OpenedSession:

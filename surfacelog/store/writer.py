@@ -12,13 +12,17 @@ Grouping rules:
 - Batches that arrive while a commit runs form the next group, committed as soon as the
   running one is done. This is where concurrent durable writers share commits.
 
+Creating a session is queued the same way (a ``PendingBatch`` carrying the session row),
+so that many sessions created at once share commits instead of paying an fsync each.
+
 Within a group each batch runs in its own SAVEPOINT and checks, in the same transaction,
 that its session exists, its writer epoch is current and it starts at the stored next
-seq. A batch that fails a check (or whose rows SQLite refuses) is rolled back to its
-savepoint and fails alone; the others of the group commit. When the COMMIT itself fails
-(disk I/O error, database locked...) the whole group is rolled back, every batch stays
-queued in order, each waiter gets a ``CommitFailed``, and the next append or ``flush``
-tries again.
+seq (a create: that the session does not exist yet). A batch that fails a check (or
+whose rows SQLite refuses) is rolled back to its savepoint and fails alone; the others
+of the group commit. When the COMMIT itself fails (disk I/O error, database locked...)
+the whole group is rolled back, every batch stays queued in order, each waiter gets a
+``CommitFailed``, and the next append or ``flush`` tries again (a create too: its
+session may then exist after its creator was told the commit failed).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import sqlite3
 from collections import deque
 from collections.abc import Sequence
 from functools import partial
+from typing import NamedTuple
 
 from msgspec import Struct
 
@@ -36,6 +41,7 @@ from surfacelog.store.base import (
     BadEvent,
     CommitFailed,
     SeqMismatch,
+    SessionExists,
     SessionNotFound,
     StoreError,
     WriterFenced,
@@ -47,22 +53,37 @@ _ADVANCE = (
     "UPDATE sessions SET next_seq = ?, last_time = ?"
     " WHERE id = ? AND writer_epoch = ? AND next_seq = ?"
 )
+_CREATE = (
+    "INSERT INTO sessions (id, header, created_at, writer_epoch, next_seq, last_time)"
+    " VALUES (?, ?, ?, 1, ?, ?)"
+)
 _ROW_ERRORS = (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.ProgrammingError,
                OverflowError)
 
 
-class PendingBatch:
-    """A queued batch: its rows, where it must go, and who waits for it."""
+class NewSession(NamedTuple):
+    """The ``sessions`` row of a session being created: its header as JSON text."""
 
-    __slots__ = ("batch", "epoch", "id", "session_id", "waiter")
+    header_json: str
+    created_at: int
+
+
+class PendingBatch:
+    """A queued batch: its rows, where it must go, and who waits for it. With
+    ``create``, the batch creates its session (writer epoch 1) and holds its first
+    events, if any."""
+
+    __slots__ = ("batch", "create", "epoch", "id", "session_id", "waiter")
 
     def __init__(self, id: int, session_id: str, epoch: int, batch: EncodedBatch,
-                 waiter: asyncio.Future[None] | None) -> None:
+                 waiter: asyncio.Future[None] | None,
+                 create: NewSession | None = None) -> None:
         self.id = id
         self.session_id = session_id
         self.epoch = epoch
         self.batch = batch
         self.waiter = waiter
+        self.create = create
 
 
 class WriterStats(Struct, frozen=True):
@@ -109,18 +130,34 @@ def _write_batch(conn: sqlite3.Connection, item: PendingBatch) -> StoreError | N
     batch = item.batch
     conn.execute("SAVEPOINT batch")
     try:
-        cursor = conn.execute(_ADVANCE, (batch.start + len(batch.rows), batch.last_time,
-                                         item.session_id, item.epoch, batch.start))
-        if cursor.rowcount == 1:
-            insert_rows(conn, batch.rows)
-            outcome = None
+        if item.create is not None:
+            outcome = _create_session(conn, item, item.create)
         else:
-            outcome = _refusal(conn, item)
+            cursor = conn.execute(_ADVANCE, (batch.start + len(batch.rows),
+                                             batch.last_time, item.session_id, item.epoch,
+                                             batch.start))
+            outcome = None if cursor.rowcount == 1 else _refusal(conn, item)
+        if outcome is None and batch.rows:
+            insert_rows(conn, batch.rows)
     except _ROW_ERRORS as exc:
         conn.execute("ROLLBACK TO batch")
         outcome = _row_error(item, exc)
+    else:
+        if outcome is not None:
+            conn.execute("ROLLBACK TO batch")
     conn.execute("RELEASE batch")
     return outcome
+
+
+def _create_session(conn: sqlite3.Connection, item: PendingBatch,
+                    new: NewSession) -> StoreError | None:
+    exists = conn.execute("SELECT 1 FROM sessions WHERE id = ?",
+                          (item.session_id,)).fetchone()
+    if exists is not None:
+        return SessionExists(f"session {item.session_id!r} is already stored")
+    conn.execute(_CREATE, (item.session_id, new.header_json, new.created_at,
+                           len(item.batch.rows), item.batch.last_time))
+    return None
 
 
 def commit_group(items: Sequence[PendingBatch], conn: sqlite3.Connection
@@ -181,13 +218,16 @@ class GroupWriter:
                            len(self._queue))
 
     def submit(self, session_id: str, epoch: int, batch: EncodedBatch, *,
-               durable: bool) -> asyncio.Future[None] | None:
-        """Queue ``batch``. With ``durable`` return a future that completes when the batch
+               durable: bool, create: NewSession | None = None
+               ) -> asyncio.Future[None] | None:
+        """Queue ``batch`` (with ``create``: the session's creation, epoch 1, and its
+        first events). With ``durable`` return a future that completes when the batch
         is committed (or fails with its ``StoreError``); otherwise return ``None`` and
         keep a failure for ``flush`` to raise. Raises ``StoreError`` once closed."""
         self._check_open()
         waiter = asyncio.get_running_loop().create_future() if durable else None
-        self._queue.append(PendingBatch(self._next_id, session_id, epoch, batch, waiter))
+        self._queue.append(PendingBatch(self._next_id, session_id, epoch, batch, waiter,
+                                        create))
         self._next_id += 1
         self._queued_events += len(batch.rows)
         if durable or self._queued_events >= self._max_events:
