@@ -548,6 +548,18 @@ async def test_sessions_created_at_once_share_commits(store: SqliteEventStore) -
     assert opened.epoch == 2
 
 
+async def test_open_or_create(store: SqliteEventStore) -> None:
+    created = await store.open_or_create(header("oc"))
+    assert (created.epoch, len(created.session), created.repaired) == (1, 0, ())
+    assert created.session.header == header("oc")
+    events = list(build_session("oc", 1).log)
+    await store.append("oc", events, epoch=created.epoch)
+    opened = await store.open_or_create(header("oc", created_at=99))
+    assert opened.epoch == 2 and opened.session.header == header("oc")
+    assert opened.session.log[:len(events)] == events
+    assert await store.read_since("oc") == list(opened.session.log)
+
+
 async def test_failed_commit_keeps_batches_queued(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
     store = await SqliteEventStore.open(path, busy_timeout_ms=50)

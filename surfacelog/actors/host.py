@@ -92,17 +92,13 @@ class SessionHost:
         create it when missing and ``create``. Raises ``SessionNotFound``,
         ``CorruptStore``."""
         started = time.perf_counter()
-        try:
+        if create:
+            opened = await store.open_or_create(SessionHeader(
+                version=SESSION_FORMAT_VERSION, id=session_id, created_at=now_ms(),
+                cwd=UNSET if cwd is None else cwd))
+        else:
             opened = await store.open_session(session_id)
-            session, epoch = opened.session, opened.epoch
-        except SessionNotFound:
-            if not create:
-                raise
-            header = SessionHeader(version=SESSION_FORMAT_VERSION, id=session_id,
-                                   created_at=now_ms(), cwd=UNSET if cwd is None else cwd)
-            epoch = await store.create(header)
-            session = Session(header=header)
-        return cls(session, store, epoch, durability,
+        return cls(opened.session, store, opened.epoch, durability,
                    (time.perf_counter() - started) * 1000.0)
 
     # -- guarding ----------------------------------------------------------------------

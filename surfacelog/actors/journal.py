@@ -80,6 +80,10 @@ class JournalActor:
         result = await (await self._get()).open_session(session_id)
         return result
 
+    async def open_or_create(self, header: SessionHeader) -> OpenedSession:
+        result = await (await self._get()).open_or_create(header)
+        return result
+
     async def append(self, session_id: str, events: EventsPayload, epoch: int,
                      durable: bool) -> None:
         """Append one batch (``encode_events`` bytes or the events)."""
@@ -156,6 +160,11 @@ class JournalStore(EventStore):
     async def open_session(self, session_id: str) -> OpenedSession:
         self._failed.pop(session_id, None)
         opened: OpenedSession = await self._journal.open_session.remote(session_id)
+        return opened
+
+    async def open_or_create(self, header: SessionHeader) -> OpenedSession:
+        self._failed.pop(header.id, None)
+        opened: OpenedSession = await self._journal.open_or_create.remote(header)
         return opened
 
     def _raise_failed(self, session_id: str) -> None:

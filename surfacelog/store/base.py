@@ -114,6 +114,16 @@ class EventStore(abc.ABC):
         marker and crash-repair closers, and return it. Raises ``SessionNotFound``,
         ``CorruptStore``."""
 
+    async def open_or_create(self, header: SessionHeader) -> OpenedSession:
+        """``open_session(header.id)``; when it is not stored, ``create(header)`` and the
+        new empty session. Raises ``CorruptStore``, ``SessionExists`` (created by someone
+        else in between). A store behind a connection answers it in one round trip."""
+        try:
+            return await self.open_session(header.id)
+        except SessionNotFound:
+            epoch = await self.create(header)
+            return OpenedSession(Session(header=header), epoch, ())
+
     @abc.abstractmethod
     async def append(self, session_id: str, events: Sequence[Event], *, epoch: int,
                      durable: bool = True) -> None:
