@@ -692,3 +692,39 @@ async def test_close_raises_unreported_buffered_failures(tmp_path: Path) -> None
         store = await SqliteEventStore.open(tmp_path / f"close{count}.db")
         assert await store.read_since("a") == events[:2]
         await store.close()
+
+
+_EXIT_WITHOUT_CLOSE = """
+import asyncio, sys
+from surfacelog.schema.events import Event
+from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
+from surfacelog.store import SqliteEventStore
+
+async def main() -> None:
+    store = await SqliteEventStore.open(sys.argv[1])
+    epoch = await store.create(SessionHeader(version=SESSION_FORMAT_VERSION, id="left",
+                                             created_at=1))
+    await store.append("left", [Event(type="turn/start", seq=0, time=2,
+                                      data={"turn": 1})], epoch=epoch)
+    raise SystemExit(7)  # no close: the process must still end
+
+asyncio.run(main())
+"""
+
+
+def test_a_process_that_never_closes_its_store_still_exits(tmp_path: Path) -> None:
+    """The connection thread does not hold the interpreter open (a crashed script, or a
+    Ray worker told to exit, would otherwise hang holding the file)."""
+    path = tmp_path / "left.db"
+    done = subprocess.run([sys.executable, "-c", _EXIT_WITHOUT_CLOSE, str(path)],
+                          timeout=120, capture_output=True, text=True)
+    assert done.returncode == 7, done.stderr
+
+    async def read() -> list[Event]:
+        store = await SqliteEventStore.open(path)
+        try:
+            return await store.read_since("left")
+        finally:
+            await store.close()
+
+    assert [e.type for e in asyncio.run(read())] == ["turn/start"]

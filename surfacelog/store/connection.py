@@ -7,11 +7,19 @@ the middle of it. Running a plain function on the connection thread avoids both:
 function owns the ``sqlite3.Connection`` for its whole duration. aiosqlite exposes no
 public call for this, so ``run`` uses ``Connection._execute`` (the method every public
 aiosqlite call goes through); ``_check_aiosqlite`` fails loudly if a release removes it.
+
+The connection thread is made a daemon before it starts (``Connection._thread``, checked
+the same way). aiosqlite starts an ordinary thread, which keeps the interpreter from
+exiting until the connection is closed: a script that dies before ``close`` (or a Ray
+worker told to exit while its journal is open) would hang forever holding the database
+file. Dying with the process loses nothing committed: SQLite's commit is atomic, and a
+batch not yet committed is lost with the process either way.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -43,7 +51,14 @@ class ConnectionThread:
     async def open(cls, path: Path) -> ConnectionThread:
         """Open (creating the file if missing) ``path`` read-write. Raises
         ``sqlite3.Error``."""
-        conn = await aiosqlite.connect(path, isolation_level=None, cached_statements=256)
+        pending = aiosqlite.connect(path, isolation_level=None, cached_statements=256)
+        thread = getattr(pending, "_thread", None)
+        if not isinstance(thread, threading.Thread) or thread.is_alive():
+            raise RuntimeError("this aiosqlite release does not create its connection "
+                               "thread unstarted as Connection._thread; "
+                               "surfacelog.store.connection needs updating")
+        thread.daemon = True
+        conn = await pending
         return cls(conn)
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
