@@ -18,6 +18,7 @@ from surfacelog.loadrun import RunConfig, Sample, run_workload, write_html
 from surfacelog.schema.codec import encode_json
 
 EXIT_OK, EXIT_VERIFY_FAILED, EXIT_ERRORS = 0, 1, 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
 def _report_table(report: dict[str, Any]) -> Table:
@@ -84,6 +85,12 @@ def run_command(*, sessions: int, turns: int, placement: str, packs: int, driver
             final = result.progress
             progress.update(task, completed=final.turns_done + final.turns_interrupted)
             live.update(view())
+    except KeyboardInterrupt:
+        # asyncio.run cancelled the workload, whose cleanup flushed and stopped the
+        # actors: what was acknowledged is stored, and the next run resumes from it.
+        console.print(f"\ninterrupted: every acknowledged event is in {db}; run again "
+                      "with the same --db to resume (not verified)")
+        return EXIT_INTERRUPTED
     finally:
         if started_ray:
             ray.shutdown()
