@@ -284,7 +284,9 @@ def run(
 ) -> None:
     """The load workload: host sessions as Ray actors, drive them with scripted agents
     while compaction and pruning actors work, report, then verify the database replays
-    to exactly what the live actors reported. Exit 0 only if verification passed."""
+    to exactly what the live actors reported. Exit 0 when verification passed, 1 when it
+    failed, 3 when appends failed, 130 when interrupted (what was acknowledged is kept;
+    the next run on the same database resumes)."""
     from surfacelog.runview import run_command
 
     if placement not in ("packed", "dedicated") or durability not in ("durable", "buffered") \
