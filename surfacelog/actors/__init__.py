@@ -7,6 +7,7 @@ from surfacelog.actors.client import Host, SessionHandle, connect
 from surfacelog.actors.protocol import (
     CompactionRequest,
     Conflict,
+    LoggedEvents,
     PruneRequest,
     SessionStats,
     SessionUnavailable,
@@ -16,6 +17,7 @@ __all__ = [
     "CompactionRequest",
     "Conflict",
     "Host",
+    "LoggedEvents",
     "PruneRequest",
     "SessionHandle",
     "SessionStats",
