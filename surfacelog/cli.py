@@ -280,6 +280,9 @@ def run(
                                                      "starting a local one")] = None,
     report: Annotated[Path | None, typer.Option(help="write an HTML report here")] = None,
     seed: Annotated[int, typer.Option(help="seed of the scripted agents")] = 0,
+    kill_every: Annotated[float, typer.Option(help="chaos: kill the actor of a random "
+                                                   "session every this many seconds (Ray "
+                                                   "restarts it); 0 = off")] = 0.0,
     json: JsonOpt = False,
 ) -> None:
     """The load workload: host sessions as Ray actors, drive them with scripted agents
@@ -297,7 +300,7 @@ def run(
         sessions=sessions, turns=turns, placement=placement, packs=packs, drivers=drivers,
         compact_at=compact_at, prune_over=prune_over, durability=durability, mode=mode,
         db=str(db), address=address, report=None if report is None else str(report),
-        seed=seed, as_json=json))
+        seed=seed, as_json=json, kill_every_s=kill_every))
 
 
 def main() -> None:

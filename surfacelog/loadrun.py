@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -49,6 +50,8 @@ class RunConfig:
     prune_over: int = 4000
     mode: str = "batch"
     seed: int = 0
+    kill_every_s: float = 0.0
+    """Chaos: kill the actor of a random session this often (Ray restarts it); 0: off."""
 
 
 @dataclass
@@ -80,6 +83,7 @@ class RunResult:
     mismatches: list[str]
     samples: list[Sample] = field(default_factory=list)
     journal: dict[str, Any] = field(default_factory=dict)
+    actor_kills: int = 0
 
     def report(self) -> dict[str, Any]:
         """The report as one JSON-ready object."""
@@ -104,6 +108,8 @@ class RunResult:
             "prunes": {"committed": self.pruner.prunes, "conflicts": self.pruner.conflicts},
             "conflicts_retried": p.conflicts + self.compactor.conflicts
             + self.pruner.conflicts,
+            "actor_kills": self.actor_kills,
+            "resent": p.resent + p.recovered,
             "errors": p.errors + self.compactor.errors + self.pruner.errors,
             "last_error": p.last_error or self.compactor.last_error or self.pruner.last_error,
             "log_events": sum(d.length for d in self.live.values()),
@@ -200,6 +206,8 @@ def _merge(parts: list[DriverProgress]) -> DriverProgress:
         out.events += p.events
         out.appends += p.appends
         out.conflicts += p.conflicts
+        out.recovered += p.recovered
+        out.resent += p.resent
         out.errors += p.errors
         out.finished += p.finished
         out.last_error = out.last_error or p.last_error
@@ -233,15 +241,17 @@ async def run_workload(cfg: RunConfig,
     await asyncio.gather(compactor.start.remote(0.3), pruner.start.remote(0.3))
     done = asyncio.Event()
     poller = asyncio.ensure_future(_poll(drivers, compactor, pruner, started, on_sample, done))
+    chaos = asyncio.ensure_future(_chaos(host, ids, cfg, done))
     shares = [ids[k::n_drivers] for k in range(n_drivers)]
     try:
         try:
             parts = await asyncio.gather(*(d.run.remote(share, cfg.turns, started)
                                            for d, share in zip(drivers, shares, strict=True)))
         finally:
+            done.set()
+            kills = await chaos
             cstats, pstats = await asyncio.gather(compactor.stop.remote(),
                                                   pruner.stop.remote())
-            done.set()
             samples = await poller
         wall = time.time() - started
         live = await live_digests(host, ids)
@@ -254,7 +264,24 @@ async def run_workload(cfg: RunConfig,
         await asyncio.get_running_loop().run_in_executor(None, host.shutdown)
     problems = compare(live, replayed)
     return RunResult(cfg, wall, _merge(list(parts)), cstats, pstats, store_bytes(db), live,
-                     not problems, problems, samples, journal)
+                     not problems, problems, samples, journal, kills)
+
+
+async def _chaos(host: Host, ids: list[str], cfg: RunConfig, done: asyncio.Event) -> int:
+    """Until ``done``, every ``kill_every_s`` kill the actor serving a random session
+    (seeded) the way a crash would: Ray restarts it, its sessions activate again through
+    crash repair, and the drivers resend. Returns how many kills were made."""
+    if cfg.kill_every_s <= 0:
+        return 0
+    rng = random.Random(cfg.seed)
+    kills = 0
+    while True:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(done.wait(), timeout=cfg.kill_every_s)
+        if done.is_set():
+            return kills
+        ray.kill(host.actor(rng.choice(ids)), no_restart=False)
+        kills += 1
 
 
 def write_html(path: str | Path, result: RunResult) -> None:

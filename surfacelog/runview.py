@@ -34,6 +34,8 @@ def _report_table(report: dict[str, Any]) -> Table:
         ("compactions committed / failed", f"{comp['committed']} / {comp['failed']}"),
         ("prunes committed", str(prunes["committed"])),
         ("conflicts retried", str(report["conflicts_retried"])),
+        ("actor kills (chaos) / requests resent after", f"{report['actor_kills']} / "
+                                                        f"{report['resent']}"),
         ("errors", str(report["errors"])),
         ("store size (bytes)", str(report["store_bytes"])),
         ("wall time (s)", str(report["wall_s"])),
@@ -46,14 +48,16 @@ def _report_table(report: dict[str, Any]) -> Table:
 
 def run_command(*, sessions: int, turns: int, placement: str, packs: int, drivers: int,
                 compact_at: int, prune_over: int, durability: str, mode: str, db: str,
-                address: str | None, report: str | None, seed: int, as_json: bool) -> int:
+                address: str | None, report: str | None, seed: int, as_json: bool,
+                kill_every_s: float = 0.0) -> int:
     """Run the workload; print the report; return the exit status (0 only when
     verification passed and nothing failed)."""
     cfg = RunConfig(db=db, address=address, sessions=sessions, turns=turns,
                     placement=placement,  # type: ignore[arg-type]
                     packs=packs, drivers=drivers,
                     durability=durability,  # type: ignore[arg-type]
-                    compact_at=compact_at, prune_over=prune_over, mode=mode, seed=seed)
+                    compact_at=compact_at, prune_over=prune_over, mode=mode, seed=seed,
+                    kill_every_s=kill_every_s)
     console = Console(stderr=as_json)
     started_ray = not ray.is_initialized()
     if started_ray:

@@ -64,6 +64,20 @@ def test_run_reports_consistent_figures_and_verifies(tmp_path: Path) -> None:
     assert again["log_events"] > report["log_events"]
 
 
+@pytest.mark.usefixtures("ray_local")
+def test_run_under_chaos_loses_nothing(tmp_path: Path) -> None:
+    """Session actors killed mid-run come back through crash repair; the drivers resend
+    exactly once; the database still replays to what the live actors report."""
+    db = tmp_path / "chaos.db"
+    report = run_json(db, "--sessions", "6", "--turns", "4", "--mode", "chunk",
+                      "--kill-every", "1")
+    assert report["actor_kills"] >= 1
+    assert report["errors"] == 0, report["last_error"]
+    assert report["turns_done"] + report["turns_interrupted"] == 24
+    assert report["verification"] == {"passed": True, "sessions": 6, "mismatches": []}
+    assert report["log_events"] >= report["events"]
+
+
 def _digests(db: Path) -> dict:  # type: ignore[type-arg]
     result = runner.invoke(app, ["digest", str(db), "--json"])
     assert result.exit_code == 0, result.output

@@ -38,7 +38,11 @@ from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
 from surfacelog.store.base import SessionInfo
 
-RETRIES = 5
+RETRY_FOR_S = 30.0
+"""How long a handle keeps resending an idempotent request whose actor died or is
+restarting (Ray restarts it; a dedicated actor's new process takes about a second)."""
+RETRY_FIRST_DELAY_S = 0.05
+RETRY_MAX_DELAY_S = 1.0
 _MAX_CONCURRENCY = 10_000
 
 
@@ -78,6 +82,9 @@ class Host:
         self.journal = journal
         self._actors: dict[str, Any] = {}
         self._key = db_key(db)
+        self.resent = 0
+        """Requests this client's handles sent again after their actor died."""
+        self.retry_for_s = RETRY_FOR_S
 
     def actor_name(self, session_id: str) -> str:
         """The Ray actor name that serves ``session_id`` in this placement."""
@@ -173,8 +180,9 @@ def connect(address: str | None = None, db: str = "surfacelog.db", *,
 class SessionHandle:
     """Async methods mirroring the session actor's requests, for one session.
 
-    A request that failed because the actor died is retried on the actor Ray restarts
-    (or a newly created one) only when retrying cannot apply it twice: reads, flushes,
+    A request that failed because the actor died (or is restarting) is sent again to the
+    actor Ray restarts (or a newly created one), with backoff for up to
+    ``Host.retry_for_s``, only when resending cannot apply it twice: reads, flushes,
     appends that carry ``expected_seq``, and replace requests (which are refused as stale
     once applied).
     """
@@ -187,7 +195,10 @@ class SessionHandle:
                     keyed: bool = True) -> Any:
         """Call ``method`` with the session id first (unless not ``keyed``: the
         arguments then name the session themselves)."""
-        for attempt in range(RETRIES + 1):
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.host.retry_for_s
+        delay = RETRY_FIRST_DELAY_S
+        while True:
             actor = self.host.actor(self.session_id)
             try:
                 if keyed:
@@ -195,12 +206,13 @@ class SessionHandle:
                 return await getattr(actor, method).remote(*args)
             except RayTaskError as exc:
                 raise _unwrap(exc) from None
-            except RayActorError:
+            except RayActorError:  # died, or restarting (ActorUnavailableError)
                 self.host.forget(self.session_id)
-                if not idempotent or attempt == RETRIES:
+                if not idempotent or loop.time() + delay > deadline:
                     raise
-                await asyncio.sleep(0.05 * 2**attempt)
-        raise AssertionError("unreachable")
+                self.host.resent += 1
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_DELAY_S)
 
     async def append(self, type: str, data: Any = UNSET, *, surface_op: Any = UNSET,
                      source_event_seqs: Any = UNSET, ignorable: Any = UNSET,

@@ -16,7 +16,6 @@ from typing import Any
 
 import msgspec
 import ray
-from ray.exceptions import RayActorError
 
 from surfacelog.actors.client import SessionHandle, connect
 from surfacelog.actors.protocol import (
@@ -55,7 +54,12 @@ class DriverProgress(msgspec.Struct):
     events: int = 0
     appends: int = 0
     conflicts: int = 0
+    recovered: int = 0
+    """Requests the driver sent again after its session actor died or passivated."""
+    resent: int = 0
+    """Requests the session handles sent again themselves after an actor died."""
     errors: int = 0
+    """Sessions whose driving failed for good."""
     last_error: str | None = None
     latencies_ms: list[float] = msgspec.field(default_factory=list)
     append_times_ms: list[float] = msgspec.field(default_factory=list)
@@ -102,9 +106,12 @@ class SessionDriver:
                 self.progress.conflicts += 1
                 await self._check_turn_open()
                 continue
-            except (RayActorError, SessionUnavailable) as exc:
-                self.progress.errors += 1
-                self.progress.last_error = f"{type(exc).__name__}: {exc}"[:300]
+            except SessionUnavailable:
+                # Passivated (or its actor fenced) between lookup and request: resend,
+                # exactly once thanks to expected_seq, after a look at whether repair
+                # closed our turn. (An actor that died is resent by the handle itself,
+                # for ``Host.retry_for_s``; past that the error is the session's end.)
+                self.progress.recovered += 1
                 await asyncio.sleep(0.2)
                 await self._check_turn_open()
                 continue
@@ -192,6 +199,7 @@ class DriverActor:
             if isinstance(result, BaseException):
                 self._progress.errors += 1
                 self._progress.last_error = f"{type(result).__name__}: {result}"[:300]
+        self._progress.resent = self._host.resent
         return self._progress
 
     def progress(self) -> dict[str, Any]:
@@ -199,7 +207,8 @@ class DriverActor:
         p = self._progress
         return {"sessions": p.sessions, "turns_done": p.turns_done,
                 "turns_interrupted": p.turns_interrupted, "events": p.events,
-                "appends": p.appends, "conflicts": p.conflicts, "errors": p.errors,
+                "appends": p.appends, "conflicts": p.conflicts,
+                "recovered": p.recovered + self._host.resent, "errors": p.errors,
                 "finished": p.finished, "last_error": p.last_error,
                 "recent_latencies_ms": p.latencies_ms[-200:]}
 
