@@ -4,12 +4,12 @@ compaction and prune requests, staleness, fencing."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
 
-from surfacelog.actors.host import SessionHost
+from surfacelog.actors.host import RELOAD, SessionHost
 from surfacelog.actors.policy import (
     SUMMARY_NOT_SMALLER,
     choose_range,
@@ -18,11 +18,12 @@ from surfacelog.actors.policy import (
     prune_requests,
     safe_cuts,
 )
-from surfacelog.actors.protocol import CompactionRequest, Conflict
+from surfacelog.actors.protocol import CompactionRequest, Conflict, SessionUnavailable
 from surfacelog.actors.script import AgentScript, ScriptConfig
 from surfacelog.schema.errors import SurfaceError
+from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec, replay
-from surfacelog.store.base import WriterFenced
+from surfacelog.store.base import CommitFailed, WriterFenced
 from surfacelog.store.sqlite import SqliteEventStore
 
 
@@ -216,3 +217,45 @@ async def test_unknown_compaction_range_is_a_conflict(store: SqliteEventStore) -
                             shadowed_token_count=1, checkpoint_id="x")
     with pytest.raises(Conflict):
         await host.compact(req)
+
+
+class LostAckStore(SqliteEventStore):
+    """The real store, except that the next append commits and then reports a failure
+    (a journal that died after its commit, a lost reply)."""
+
+    lose_next = False
+
+    async def append(self, session_id: str, events: Sequence[Event], *, epoch: int,
+                     durable: bool = True) -> None:
+        await super().append(session_id, events, epoch=epoch, durable=durable)
+        if self.lose_next:
+            self.lose_next = False
+            raise CommitFailed("the commit's acknowledgement was lost")
+
+
+async def test_a_write_with_an_unknown_outcome_reloads_the_session(tmp_path: Path) -> None:
+    store = await LostAckStore.open(str(tmp_path / "lost.db"))
+    try:
+        host = await SessionHost.activate("s", store)
+        script = AgentScript("s", ScriptConfig())
+        opened = await host.append_batch(script.turn_open(1), expected_seq=0)
+        stream = script.stream(1, 1, final=True)
+        specs = [script.step_start(1, 1), *stream.chunks]
+        store.lose_next = True
+        with pytest.raises(CommitFailed):
+            await host.append_batch(specs, expected_seq=len(opened))
+        # The session rolled back, but the store has the batch: the host must not go on.
+        assert len(host.session) == len(opened) and host.closed == RELOAD
+        assert len(await store.read_since("s")) == len(opened) + len(specs)
+        with pytest.raises(SessionUnavailable):
+            await host.append_batch(specs, expected_seq=len(opened))
+
+        again = await SessionHost.activate("s", store)  # what the actor does next
+        retried = await again.append_batch(specs, expected_seq=len(opened))
+        assert [e.seq for e in retried] == list(range(len(opened), len(opened) + len(specs)))
+        assert list(again.session.log) == await store.read_since("s")
+        assert again.session.log[len(opened):len(opened) + len(specs)] == retried
+        await again.append_batch([AppendSpec("x/ok", {"n": 1}, ignorable=True)])
+        assert list(again.session.log) == await store.read_since("s")
+    finally:
+        await store.close()

@@ -39,7 +39,7 @@ from surfacelog.session import (
 )
 from surfacelog.session.fork import SESSION_ALREADY_EXISTS, ForkError
 from surfacelog.session.jsonvalue import json_equal
-from surfacelog.store.base import EventStore, SessionNotFound, WriterFenced
+from surfacelog.store.base import BadEvent, EventStore, SessionNotFound, WriterFenced
 
 CHECKPOINT_INTRO = ("Checkpoint: a condensed account of an earlier part of this "
                     "conversation follows.\n\n<compacted-summary>")
@@ -52,6 +52,10 @@ def _same_event(session: Session, spec: AppendSpec, event: Event) -> bool:
     two compared as JSON values (``true != 1``)."""
     built = session.build(spec, seq=event.seq, time=event.time)
     return json_equal(to_builtins(built), to_builtins(event))
+
+
+RELOAD = "reloading: a write's outcome is unknown"
+"""``SessionHost.closed`` after a failed write: activate the session again."""
 
 
 class Appended(NamedTuple):
@@ -109,11 +113,25 @@ class SessionHost:
         self.last_activity = time.monotonic()
 
     async def _persist(self, events: Sequence[Event]) -> None:
+        """Write ``events`` (the caller rolls the session back if this raises).
+
+        Only ``BadEvent`` (this batch refused whole, nothing written) leaves the host
+        serving. After any other failure the store may hold more or less than the
+        rolled-back session: a commit that failed stays queued and is retried, a journal
+        that died may have committed, an earlier buffered batch may have been refused.
+        The host then closes as ``RELOAD``, and the next request activates the session
+        again from the store, the truth; an ``expected_seq`` retry then finds its events
+        or appends them, exactly once."""
         try:
             await self.store.append(self.session_id, events, epoch=self.epoch,
                                     durable=self.durability == "durable")
         except WriterFenced:
             self.closed = "fenced by a newer writer"
+            raise
+        except BadEvent:
+            raise
+        except BaseException:
+            self.closed = RELOAD
             raise
 
     async def _commit(self, specs: Sequence[AppendSpec], owned: bool = False) -> list[Event]:

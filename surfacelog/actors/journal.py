@@ -157,13 +157,20 @@ class JournalStore(EventStore):
         epoch: int = await self._journal.create.remote(header, list(events))
         return epoch
 
-    async def open_session(self, session_id: str) -> OpenedSession:
+    async def _settle(self, session_id: str) -> None:
+        """Before (re)opening ``session_id``: let every batch still buffered here reach
+        the journal (a reload after a failed write may leave some), then forget its
+        failures, which the store's state now accounts for."""
+        await self.flush_session_queue()
         self._failed.pop(session_id, None)
+
+    async def open_session(self, session_id: str) -> OpenedSession:
+        await self._settle(session_id)
         opened: OpenedSession = await self._journal.open_session.remote(session_id)
         return opened
 
     async def open_or_create(self, header: SessionHeader) -> OpenedSession:
-        self._failed.pop(header.id, None)
+        await self._settle(header.id)
         opened: OpenedSession = await self._journal.open_or_create.remote(header)
         return opened
 

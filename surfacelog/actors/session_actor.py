@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import ray
 
-from surfacelog.actors.host import SessionHost
+from surfacelog.actors.host import RELOAD, SessionHost
 from surfacelog.actors.journal import NAMESPACE, JournalStore, journal_name
 from surfacelog.actors.protocol import (
     AppendReply,
@@ -100,8 +100,9 @@ class SessionHostActor:
             try:
                 return await op(host)
             except SessionUnavailable:
-                # Passivated between lookup and lock: activate again, once.
-                if host.closed != "passivated" or attempt:
+                # Passivated between lookup and lock, or closed to reload after a failed
+                # write: activate again, once.
+                if host.closed not in ("passivated", RELOAD) or attempt:
                     raise
             except WriterFenced:
                 self._fenced.add(session_id)
