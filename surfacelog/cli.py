@@ -283,6 +283,8 @@ def run(
     kill_every: Annotated[float, typer.Option(help="chaos: kill the actor of a random "
                                                    "session every this many seconds (Ray "
                                                    "restarts it); 0 = off")] = 0.0,
+    kill_journal: Annotated[bool, typer.Option(help="chaos: every third kill is of the "
+                                                    "journal actor")] = False,
     json: JsonOpt = False,
 ) -> None:
     """The load workload: host sessions as Ray actors, drive them with scripted agents
@@ -300,7 +302,7 @@ def run(
         sessions=sessions, turns=turns, placement=placement, packs=packs, drivers=drivers,
         compact_at=compact_at, prune_over=prune_over, durability=durability, mode=mode,
         db=str(db), address=address, report=None if report is None else str(report),
-        seed=seed, as_json=json, kill_every_s=kill_every))
+        seed=seed, as_json=json, kill_every_s=kill_every, kill_journal=kill_journal))
 
 
 def main() -> None:

@@ -52,6 +52,8 @@ class RunConfig:
     seed: int = 0
     kill_every_s: float = 0.0
     """Chaos: kill the actor of a random session this often (Ray restarts it); 0: off."""
+    kill_journal: bool = False
+    """Chaos: every third kill is of the journal actor instead."""
 
 
 @dataclass
@@ -84,6 +86,8 @@ class RunResult:
     samples: list[Sample] = field(default_factory=list)
     journal: dict[str, Any] = field(default_factory=dict)
     actor_kills: int = 0
+    write_failures: list[str] = field(default_factory=list)
+    """Buffered writes found failed at the end (``session: error``)."""
 
     def report(self) -> dict[str, Any]:
         """The report as one JSON-ready object."""
@@ -110,6 +114,8 @@ class RunResult:
             + self.pruner.conflicts,
             "actor_kills": self.actor_kills,
             "resent": p.resent + p.recovered,
+            "lost_acknowledged": p.lost,
+            "write_failures": self.write_failures[:20],
             "errors": p.errors + self.compactor.errors + self.pruner.errors,
             "last_error": p.last_error or self.compactor.last_error or self.pruner.last_error,
             "log_events": sum(d.length for d in self.live.values()),
@@ -207,6 +213,7 @@ def _merge(parts: list[DriverProgress]) -> DriverProgress:
         out.appends += p.appends
         out.conflicts += p.conflicts
         out.recovered += p.recovered
+        out.lost += p.lost
         out.resent += p.resent
         out.errors += p.errors
         out.finished += p.finished
@@ -256,21 +263,29 @@ async def run_workload(cfg: RunConfig,
         wall = time.time() - started
         live = await live_digests(host, ids)
         journal = await host.journal_stats()
-        await host.flush()
+        write_failures = await host.passivate_all()
         replayed = await asyncio.get_running_loop().run_in_executor(None, replay_digests, db)
     finally:
         for actor in (*drivers, compactor, pruner):
             ray.kill(actor)
         await asyncio.get_running_loop().run_in_executor(None, host.shutdown)
     problems = compare(live, replayed)
-    return RunResult(cfg, wall, _merge(list(parts)), cstats, pstats, store_bytes(db), live,
-                     not problems, problems, samples, journal, kills)
+    merged = _merge(list(parts))
+    if cfg.durability == "durable":
+        if merged.lost:
+            problems.append(f"{merged.lost} acknowledged durable events are missing from "
+                            "the logs")
+        problems += [f"a durable write failed: {line}" for line in write_failures]
+    return RunResult(cfg, wall, merged, cstats, pstats, store_bytes(db), live,
+                     not problems, problems, samples, journal, kills, write_failures)
 
 
 async def _chaos(host: Host, ids: list[str], cfg: RunConfig, done: asyncio.Event) -> int:
     """Until ``done``, every ``kill_every_s`` kill the actor serving a random session
     (seeded) the way a crash would: Ray restarts it, its sessions activate again through
-    crash repair, and the drivers resend. Returns how many kills were made."""
+    crash repair, and the drivers resend. With ``kill_journal`` every third kill is the
+    journal's: sessions whose writes it took down reload from the store. Returns how
+    many kills were made."""
     if cfg.kill_every_s <= 0:
         return 0
     rng = random.Random(cfg.seed)
@@ -280,8 +295,10 @@ async def _chaos(host: Host, ids: list[str], cfg: RunConfig, done: asyncio.Event
             await asyncio.wait_for(done.wait(), timeout=cfg.kill_every_s)
         if done.is_set():
             return kills
-        ray.kill(host.actor(rng.choice(ids)), no_restart=False)
         kills += 1
+        victim = host.journal if cfg.kill_journal and kills % 3 == 0 \
+            else host.actor(rng.choice(ids))
+        ray.kill(victim, no_restart=False)
 
 
 def write_html(path: str | Path, result: RunResult) -> None:

@@ -36,6 +36,7 @@ def _report_table(report: dict[str, Any]) -> Table:
         ("conflicts retried", str(report["conflicts_retried"])),
         ("actor kills (chaos) / requests resent after", f"{report['actor_kills']} / "
                                                         f"{report['resent']}"),
+        ("acknowledged events lost (buffered only)", str(report["lost_acknowledged"])),
         ("errors", str(report["errors"])),
         ("store size (bytes)", str(report["store_bytes"])),
         ("wall time (s)", str(report["wall_s"])),
@@ -49,7 +50,7 @@ def _report_table(report: dict[str, Any]) -> Table:
 def run_command(*, sessions: int, turns: int, placement: str, packs: int, drivers: int,
                 compact_at: int, prune_over: int, durability: str, mode: str, db: str,
                 address: str | None, report: str | None, seed: int, as_json: bool,
-                kill_every_s: float = 0.0) -> int:
+                kill_every_s: float = 0.0, kill_journal: bool = False) -> int:
     """Run the workload; print the report; return the exit status (0 only when
     verification passed and nothing failed)."""
     cfg = RunConfig(db=db, address=address, sessions=sessions, turns=turns,
@@ -57,7 +58,7 @@ def run_command(*, sessions: int, turns: int, placement: str, packs: int, driver
                     packs=packs, drivers=drivers,
                     durability=durability,  # type: ignore[arg-type]
                     compact_at=compact_at, prune_over=prune_over, mode=mode, seed=seed,
-                    kill_every_s=kill_every_s)
+                    kill_every_s=kill_every_s, kill_journal=kill_journal)
     console = Console(stderr=as_json)
     started_ray = not ray.is_initialized()
     if started_ray:

@@ -14,7 +14,7 @@ import contextlib
 import os
 import zlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import ray
 from msgspec import UNSET
@@ -36,7 +36,7 @@ from surfacelog.actors.protocol import (
 from surfacelog.actors.session_actor import RemoteSessionHost
 from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
-from surfacelog.store.base import SessionInfo
+from surfacelog.store.base import CommitFailed, SessionInfo, StoreError
 
 RETRY_FOR_S = 30.0
 """How long a handle keeps resending an idempotent request whose actor died or is
@@ -46,11 +46,14 @@ RETRY_MAX_DELAY_S = 1.0
 _MAX_CONCURRENCY = 10_000
 
 
-async def _passivate_all(actor: Any) -> None:
-    # A dedicated actor exits after passivating its idle session: it has nothing left
-    # to flush, and a crashed one lost nothing that was acknowledged.
+async def _passivate_all(actor: Any) -> list[str]:
+    """Passivate every session of ``actor``; the write failures it found, by session."""
+    # A dedicated actor exits after passivating its idle session: it has nothing left to
+    # flush. A crashed one lost its buffered writes, which its drivers see as missing.
     with contextlib.suppress(RayActorError):
-        await actor.shutdown.remote()
+        failures: list[str] = await actor.shutdown.remote()
+        return failures
+    return []
 
 
 def _run_sync(coro: Any) -> None:
@@ -62,6 +65,10 @@ def _run_sync(coro: Any) -> None:
         return
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         pool.submit(asyncio.run, coro).result()
+
+
+_UNKNOWN_OUTCOME: Final = (RayActorError, CommitFailed)
+"""Errors a session actor may relay after which its write may or may not have happened."""
 
 
 def _unwrap(exc: RayTaskError) -> BaseException:
@@ -128,24 +135,40 @@ class Host:
         return list(await asyncio.gather(*(a.host_stats.remote()
                                            for a in self._actors.values())))
 
-    async def flush(self) -> None:
-        """Passivate (flush) every session actor this client has resolved, then flush
-        the journal."""
-        await asyncio.gather(*(_passivate_all(a) for a in list(self._actors.values())))
+    async def passivate_all(self) -> list[str]:
+        """Passivate (flush) every session of every actor this client has resolved,
+        then flush the journal. Returns the write failures found, one line per session
+        (``session: error``); with buffered durability each means acknowledged events
+        that are not stored. Every session is passivated either way."""
+        found = await asyncio.gather(*(_passivate_all(a) for a in list(self._actors.values())))
         await self.journal.flush.remote()
+        return [line for lines in found for line in lines]
 
-    def shutdown(self) -> None:
-        """Passivate (flush) and kill every actor this client resolved, and the journal."""
+    async def flush(self) -> None:
+        """``passivate_all``, raising ``StoreError`` when a write failed."""
+        failures = await self.passivate_all()
+        if failures:
+            raise StoreError(f"{len(failures)} session(s) have writes that failed: "
+                             + "; ".join(failures[:5]))
+
+    def shutdown(self) -> list[str]:
+        """Passivate (flush) and kill every actor this client resolved, and the journal.
+        Returns ``passivate_all``'s write failures (the actors are stopped regardless)."""
+        failures: list[str] = []
+
         async def passivate() -> None:
-            await asyncio.gather(*(_passivate_all(a) for a in self._actors.values()))
+            failures.extend(await self.passivate_all())
 
-        _run_sync(passivate())
-        ray.get(self.journal.flush.remote())
-        for actor in self._actors.values():
-            ray.kill(actor, no_restart=True)
-        ray.get(self.journal.close.remote())
-        ray.kill(self.journal, no_restart=True)
-        self._actors.clear()
+        try:
+            _run_sync(passivate())
+        finally:
+            for actor in self._actors.values():
+                ray.kill(actor, no_restart=True)
+            with contextlib.suppress(RayActorError):
+                ray.get(self.journal.close.remote())
+            ray.kill(self.journal, no_restart=True)
+            self._actors.clear()
+        return failures
 
 
 def connect(address: str | None = None, db: str = "surfacelog.db", *,
@@ -205,14 +228,19 @@ class SessionHandle:
                     return await getattr(actor, method).remote(self.session_id, *args)
                 return await getattr(actor, method).remote(*args)
             except RayTaskError as exc:
-                raise _unwrap(exc) from None
+                error = _unwrap(exc)
+                # The session actor's journal died or its commit failed: the session
+                # reloads from the store, and an idempotent request may be sent again.
+                if not (idempotent and isinstance(error, _UNKNOWN_OUTCOME)) \
+                        or loop.time() + delay > deadline:
+                    raise error from None
             except RayActorError:  # died, or restarting (ActorUnavailableError)
                 self.host.forget(self.session_id)
                 if not idempotent or loop.time() + delay > deadline:
                     raise
-                self.host.resent += 1
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_DELAY_S)
+            self.host.resent += 1
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_DELAY_S)
 
     async def append(self, type: str, data: Any = UNSET, *, surface_op: Any = UNSET,
                      source_event_seqs: Any = UNSET, ignorable: Any = UNSET,

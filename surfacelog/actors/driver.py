@@ -58,6 +58,9 @@ class DriverProgress(msgspec.Struct):
     """Requests the driver sent again after its session actor died or passivated."""
     resent: int = 0
     """Requests the session handles sent again themselves after an actor died."""
+    lost: int = 0
+    """Acknowledged events found missing from the log afterwards (at least this many):
+    possible with buffered durability when an actor crashes, never with durable."""
     errors: int = 0
     """Sessions whose driving failed for good."""
     last_error: str | None = None
@@ -126,8 +129,16 @@ class SessionDriver:
                            f"{MAX_RESENDS} resends")
 
     async def _check_turn_open(self) -> None:
-        """Resync the tail; raise ``TurnInterrupted`` when crash repair closed our turn."""
-        await self._resync()
+        """Resync the tail; raise ``TurnInterrupted`` when crash repair closed our turn,
+        or when the log no longer holds everything it acknowledged (buffered writes lost
+        with a crashed actor: the turn cannot go on citing them)."""
+        acknowledged = self.next_seq
+        length = await self._resync()
+        if length < acknowledged:
+            self.progress.lost += acknowledged - length
+            if self.turn_seq is not None:
+                raise TurnInterrupted(f"{acknowledged - length} acknowledged events are "
+                                      "no longer in the log")
         if self.turn_seq is None:
             return
         for event in await self.handle.events(self.turn_seq):
@@ -208,7 +219,8 @@ class DriverActor:
         return {"sessions": p.sessions, "turns_done": p.turns_done,
                 "turns_interrupted": p.turns_interrupted, "events": p.events,
                 "appends": p.appends, "conflicts": p.conflicts,
-                "recovered": p.recovered + self._host.resent, "errors": p.errors,
+                "recovered": p.recovered + self._host.resent, "lost": p.lost,
+                "errors": p.errors,
                 "finished": p.finished, "last_error": p.last_error,
                 "recent_latencies_ms": p.latencies_ms[-200:]}
 

@@ -354,8 +354,12 @@ class SessionHost:
         """Flush and stop serving; later requests raise ``SessionUnavailable``."""
         async with self.lock:
             if self.closed is None:
-                await self.store.flush_session(self.session_id)
-                self.closed = "passivated"
+                try:
+                    await self.store.flush_session(self.session_id)
+                finally:
+                    # Closed even when a write failed: the next activation reloads the
+                    # session from the store, which is the truth either way.
+                    self.closed = "passivated"
 
 
 __all__ = ["SessionHost"]

@@ -331,3 +331,5 @@ class HostStats(Struct, frozen=True):
     pid: int
     rss_bytes: int
     uss_bytes: int | UnsetType = UNSET
+    failed_passivations: tuple[str, ...] = ()
+    """Idle sessions whose final flush failed (``session: error``), latest last."""

@@ -72,6 +72,7 @@ class SessionHostActor:
         self._reaper: asyncio.Task[None] | None = None
         self._activations = 0
         self._passivations = 0
+        self._failed_passivations: list[str] = []
 
     # -- activation ------------------------------------------------------------------
 
@@ -140,7 +141,12 @@ class SessionHostActor:
             now = loop.time()
             for sid, host in list(self._hosts.items()):
                 if not host.lock.locked() and self._idle(host, now - host.last_activity):
-                    await host.passivate()
+                    try:
+                        await host.passivate()
+                    except Exception as exc:  # the host is closed regardless
+                        self._failed_passivations.append(f"{sid}: {type(exc).__name__}: "
+                                                         f"{exc}")
+                        del self._failed_passivations[:-20]
                     if self._hosts.get(sid) is host:
                         del self._hosts[sid]
                         self._passivations += 1
@@ -227,21 +233,28 @@ class SessionHostActor:
         host = self._hosts.pop(session_id, None)
         if host is None:
             return False
-        await host.passivate()
         self._passivations += 1
+        await host.passivate()
         return True
 
     async def host_stats(self) -> HostStats:
         rss, uss = _memory()
         return HostStats(active_sessions=len(self._hosts), activations=self._activations,
                          passivations=self._passivations, pid=os.getpid(), rss_bytes=rss,
+                         failed_passivations=tuple(self._failed_passivations),
                          **({} if uss is None else {"uss_bytes": uss}))
 
-    async def shutdown(self) -> None:
-        """Passivate every session (flushing it); the actor then holds nothing."""
+    async def shutdown(self) -> list[str]:
+        """Passivate every session (flushing it); the actor then holds nothing. Returns
+        the write failures found (``session: error``), after passivating all."""
+        failures: list[str] = []
         for sid in list(self._hosts):
-            await self.passivate(sid)
+            try:
+                await self.passivate(sid)
+            except Exception as exc:  # reported to the caller, per session
+                failures.append(f"{sid}: {type(exc).__name__}: {exc}")
         await self._store.flush()
+        return failures
 
 
 RemoteSessionHost: Any = ray.remote(SessionHostActor)
