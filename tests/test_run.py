@@ -66,14 +66,17 @@ def test_run_reports_consistent_figures_and_verifies(tmp_path: Path) -> None:
 
 @pytest.mark.usefixtures("ray_local")
 def test_run_under_chaos_loses_nothing(tmp_path: Path) -> None:
-    """Session actors killed mid-run come back through crash repair; the drivers resend
-    exactly once; the database still replays to what the live actors report."""
+    """Session actors and the journal killed mid-run (durable) come back: sessions
+    through crash repair or a reload from the store, the drivers resend exactly once,
+    no acknowledged event is missing, and the database replays to what the live actors
+    report."""
     db = tmp_path / "chaos.db"
-    report = run_json(db, "--sessions", "6", "--turns", "4", "--mode", "chunk",
-                      "--kill-every", "1")
-    assert report["actor_kills"] >= 1
+    report = run_json(db, "--sessions", "6", "--turns", "5", "--mode", "chunk",
+                      "--kill-every", "0.7", "--kill-journal")
+    assert report["actor_kills"] >= 3  # the third is the journal's
+    assert report["lost_acknowledged"] == 0 and report["write_failures"] == []
     assert report["errors"] == 0, report["last_error"]
-    assert report["turns_done"] + report["turns_interrupted"] == 24
+    assert report["turns_done"] + report["turns_interrupted"] == 30
     assert report["verification"] == {"passed": True, "sessions": 6, "mismatches": []}
     assert report["log_events"] >= report["events"]
 
