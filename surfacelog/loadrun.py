@@ -172,7 +172,10 @@ def compare(live: dict[str, SessionDigest], replayed: dict[str, SessionDigest]) 
         elif got != want:
             fields = [f for f in SessionDigest.__struct_fields__
                       if getattr(got, f) != getattr(want, f)]
-            problems.append(f"{sid}: replay differs in {', '.join(fields)}")
+            problems.append(f"{sid}: replay differs in {', '.join(fields)} (live: "
+                            f"{want.length} events, generation {want.replace_generation}; "
+                            f"stored: {got.length} events, generation "
+                            f"{got.replace_generation})")
     return problems
 
 
