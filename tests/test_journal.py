@@ -45,12 +45,19 @@ def _batch(session: Session, size: int) -> list[AppendSpec]:
             for k in range(size)]
 
 
-async def test_buffered_appends_wait_for_the_journal_past_the_bound(tmp_path: Path) -> None:
-    journal = gated_journal(str(tmp_path / "gated.db"))
-    store = JournalStore(journal, ship_delay_s=0.0, max_buffered_events=100)
-    header = header_for("gated")
+async def _gated_session(tmp_path: Path, sid: str, bound: int
+                         ) -> tuple[Any, JournalStore, Session, int]:
+    """A gated journal, a journal store over it with ``bound`` buffered events, and a
+    new session ``sid`` created through it (with its writer epoch)."""
+    journal = gated_journal(str(tmp_path / f"{sid}.db"))
+    store = JournalStore(journal, ship_delay_s=0.0, max_buffered_events=bound)
+    header = header_for(sid)
     epoch = await store.create(header)
-    session = Session(header=header)
+    return journal, store, Session(header=header), epoch
+
+
+async def test_buffered_appends_wait_for_the_journal_past_the_bound(tmp_path: Path) -> None:
+    journal, store, session, epoch = await _gated_session(tmp_path, "gated", 100)
     for _ in range(2):  # 60, then 120 buffered: each starts under the bound
         events = session.append_batch(_batch(session, 60))
         await asyncio.wait_for(store.append("gated", events, epoch=epoch, durable=False), 5)
@@ -69,11 +76,7 @@ async def test_buffered_appends_wait_for_the_journal_past_the_bound(tmp_path: Pa
 
 
 async def test_a_cancelled_wait_queues_nothing(tmp_path: Path) -> None:
-    journal = gated_journal(str(tmp_path / "cancel.db"))
-    store = JournalStore(journal, ship_delay_s=0.0, max_buffered_events=10)
-    header = header_for("cancel")
-    epoch = await store.create(header)
-    session = Session(header=header)
+    journal, store, session, epoch = await _gated_session(tmp_path, "cancel", 10)
     first = session.append_batch(_batch(session, 10))
     await store.append("cancel", first, epoch=epoch, durable=False)
     extra = session.append_batch(_batch(session, 5))
