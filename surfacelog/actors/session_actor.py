@@ -253,7 +253,10 @@ class SessionHostActor:
                 await self.passivate(sid)
             except Exception as exc:  # reported to the caller, per session
                 failures.append(f"{sid}: {type(exc).__name__}: {exc}")
-        await self._store.flush()
+        try:
+            await self._store.flush()
+        except Exception as exc:  # the journal itself: reported the same way
+            failures.append(f"(journal flush): {type(exc).__name__}: {exc}")
         return failures
 
 
