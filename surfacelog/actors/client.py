@@ -141,8 +141,13 @@ class Host:
         (``session: error``); with buffered durability each means acknowledged events
         that are not stored. Every session is passivated either way."""
         found = await asyncio.gather(*(_passivate_all(a) for a in list(self._actors.values())))
-        await self.journal.flush.remote()
-        return [line for lines in found for line in lines]
+        failures = [line for lines in found for line in lines]
+        try:
+            await self.journal.flush.remote()
+        except (RayActorError, RayTaskError) as exc:
+            error = _unwrap(exc) if isinstance(exc, RayTaskError) else exc
+            failures.append(f"(journal flush): {type(error).__name__}: {error}")
+        return failures
 
     async def flush(self) -> None:
         """``passivate_all``, raising ``StoreError`` when a write failed."""
