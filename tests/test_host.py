@@ -259,3 +259,36 @@ async def test_a_write_with_an_unknown_outcome_reloads_the_session(tmp_path: Pat
         assert list(again.session.log) == await store.read_since("s")
     finally:
         await store.close()
+
+
+class FailedFlushStore(SqliteEventStore):
+    """The real store, except that the next flush reports a failed buffered write."""
+
+    fail_next = False
+
+    async def flush_session(self, session_id: str) -> None:
+        await super().flush_session(session_id)
+        if self.fail_next:
+            self.fail_next = False
+            raise CommitFailed("a buffered write of this session failed")
+
+
+async def test_a_flush_that_reports_a_failed_write_reloads_the_session(tmp_path: Path
+                                                                      ) -> None:
+    """The failure is raised once; the host must not go on as if its state were
+    stored, or a second flush would report success over the loss."""
+    store = await FailedFlushStore.open(str(tmp_path / "flush.db"))
+    try:
+        host = await SessionHost.activate("f", store, durability="buffered")
+        await host.append_batch([AppendSpec("turn/start", {"turn": 1})])
+        store.fail_next = True
+        with pytest.raises(CommitFailed):
+            await host.flush()
+        assert host.closed == RELOAD
+        with pytest.raises(SessionUnavailable):
+            await host.flush()
+        again = await SessionHost.activate("f", store, durability="buffered")
+        await again.flush()
+        assert list(again.session.log) == await store.read_since("f")
+    finally:
+        await store.close()

@@ -220,9 +220,11 @@ class SessionHandle:
         self.session_id = session_id
 
     async def _call(self, method: str, *args: Any, idempotent: bool,
-                    keyed: bool = True) -> Any:
+                    keyed: bool = True, relayed: bool = True) -> Any:
         """Call ``method`` with the session id first (unless not ``keyed``: the
-        arguments then name the session themselves)."""
+        arguments then name the session themselves). ``relayed``: an idempotent request
+        is also resent after the session actor relays a write of unknown outcome (not
+        for a flush, whose caller must learn that a write failed)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.host.retry_for_s
         delay = RETRY_FIRST_DELAY_S
@@ -236,7 +238,7 @@ class SessionHandle:
                 error = _unwrap(exc)
                 # The session actor's journal died or its commit failed: the session
                 # reloads from the store, and an idempotent request may be sent again.
-                if not (idempotent and isinstance(error, _UNKNOWN_OUTCOME)) \
+                if not (idempotent and relayed and isinstance(error, _UNKNOWN_OUTCOME)) \
                         or loop.time() + delay > deadline:
                     raise error from None
             except RayActorError:  # died, or restarting (ActorUnavailableError)
@@ -317,12 +319,12 @@ class SessionHandle:
         return SessionHandle(self.host, header.id)
 
     async def flush(self) -> None:
-        await self._call("flush", idempotent=True)
+        await self._call("flush", idempotent=True, relayed=False)
 
     async def stats(self) -> SessionStats:
         stats: SessionStats = await self._call("stats", idempotent=True)
         return stats
 
     async def passivate(self) -> bool:
-        done: bool = await self._call("passivate", idempotent=True)
+        done: bool = await self._call("passivate", idempotent=True, relayed=False)
         return done

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 import ray
+from ray.exceptions import RayActorError
 
 from surfacelog.actors.client import SessionHandle, connect
 from surfacelog.actors.protocol import (
@@ -27,6 +28,7 @@ from surfacelog.actors.protocol import (
 )
 from surfacelog.actors.script import AgentScript, ScriptConfig
 from surfacelog.session import AppendSpec
+from surfacelog.store.base import StoreError
 
 MAX_RESENDS = 50
 
@@ -183,7 +185,13 @@ class SessionDriver:
             self.progress.surface_points.append(SurfacePoint(
                 (time.time() - self.started) * 1000.0, self.handle.session_id,
                 len(snap.nodes), snap.replace_generation))
-        await self.handle.flush()
+        try:
+            await self.handle.flush()
+        except (StoreError, RayActorError):
+            # A buffered write failed after it was acknowledged (its actor or journal
+            # died): the session reloads from the store; count what it lost.
+            acknowledged = self.next_seq
+            self.progress.lost += max(0, acknowledged - await self._resync())
         self.progress.finished += 1
 
 

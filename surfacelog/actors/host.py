@@ -305,9 +305,15 @@ class SessionHost:
             return child.header
 
     async def flush(self) -> None:
-        """Wait until everything this host accepted is durable."""
+        """Wait until everything this host accepted is durable. Raises the failure of a
+        write that is not: the session then holds events the store lacks, so the host
+        closes to ``RELOAD`` (the failure is reported once; the next request reloads)."""
         self._touch()
-        await self.store.flush_session(self.session_id)
+        try:
+            await self.store.flush_session(self.session_id)
+        except BaseException:
+            self.closed = RELOAD
+            raise
 
     # -- reads ---------------------------------------------------------------------------
 
