@@ -65,20 +65,22 @@ def test_run_reports_consistent_figures_and_verifies(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("ray_local")
-def test_run_under_chaos_loses_nothing(tmp_path: Path) -> None:
-    """Session actors and the journal killed mid-run (durable) come back: sessions
-    through crash repair or a reload from the store, the drivers resend exactly once,
-    no acknowledged event is missing, and the database replays to what the live actors
-    report."""
+@pytest.mark.parametrize("durability", ["durable", "buffered"])
+def test_run_under_chaos_stays_consistent(tmp_path: Path, durability: str) -> None:
+    """Session actors and the journal killed mid-run come back: sessions through crash
+    repair or a reload from the store, the drivers resend exactly once, and the database
+    replays to what the live actors report. Durable: no acknowledged event is missing.
+    Buffered: what was lost is counted, and the live sessions agree with the store."""
     db = tmp_path / "chaos.db"
     report = run_json(db, "--sessions", "6", "--turns", "5", "--mode", "chunk",
-                      "--kill-every", "0.7", "--kill-journal")
+                      "--kill-every", "0.7", "--kill-journal", "--durability", durability)
     assert report["actor_kills"] >= 3  # the third is the journal's
-    assert report["lost_acknowledged"] == 0 and report["write_failures"] == []
+    if durability == "durable":
+        assert report["lost_acknowledged"] == 0 and report["write_failures"] == []
+        assert report["log_events"] >= report["events"]
     assert report["errors"] == 0, report["last_error"]
     assert report["turns_done"] + report["turns_interrupted"] == 30
     assert report["verification"] == {"passed": True, "sessions": 6, "mismatches": []}
-    assert report["log_events"] >= report["events"]
 
 
 def _digests(db: Path) -> dict:  # type: ignore[type-arg]
