@@ -20,7 +20,13 @@ import ray
 from msgspec import UNSET
 from ray.exceptions import RayActorError, RayTaskError
 
-from surfacelog.actors.journal import NAMESPACE, RemoteJournal, db_key, journal_name
+from surfacelog.actors.journal import (
+    NAMESPACE,
+    RemoteJournal,
+    db_key,
+    flush_journal,
+    journal_name,
+)
 from surfacelog.actors.protocol import (
     CompactionRequest,
     Durability,
@@ -143,7 +149,7 @@ class Host:
         found = await asyncio.gather(*(_passivate_all(a) for a in list(self._actors.values())))
         failures = [line for lines in found for line in lines]
         try:
-            await self.journal.flush.remote()
+            await flush_journal(self.journal)
         except (RayActorError, RayTaskError) as exc:
             error = _unwrap(exc) if isinstance(exc, RayTaskError) else exc
             failures.append(f"(journal flush): {type(error).__name__}: {error}")

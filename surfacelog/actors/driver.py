@@ -227,7 +227,7 @@ class DriverActor:
         return {"sessions": p.sessions, "turns_done": p.turns_done,
                 "turns_interrupted": p.turns_interrupted, "events": p.events,
                 "appends": p.appends, "conflicts": p.conflicts,
-                "recovered": p.recovered + self._host.resent, "lost": p.lost,
+                "resent": p.recovered + self._host.resent, "lost": p.lost,
                 "errors": p.errors,
                 "finished": p.finished, "last_error": p.last_error,
                 "recent_latencies_ms": p.latencies_ms[-200:]}

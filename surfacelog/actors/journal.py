@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import ray
+from ray.exceptions import RayActorError
 
 from surfacelog.actors.protocol import EventsPayload, decode_events, encode_events
 from surfacelog.schema.events import Event
@@ -39,6 +40,27 @@ MAX_BUFFERED_EVENTS = 65_536
 """Buffered events (queued, or shipped and not yet committed) at which a buffered append
 waits for the journal before it is queued: a producer faster than the disk is slowed
 down instead of filling the session actor's memory."""
+
+
+JOURNAL_RESTART_S = 30.0
+"""How long a flush waits for a journal that Ray is restarting."""
+
+
+async def flush_journal(journal: Any) -> None:
+    """``journal.flush``, sent again while the journal is restarting (a flush is a
+    barrier: sending it twice is harmless). Raises the last ``RayActorError`` after
+    ``JOURNAL_RESTART_S``, and the journal's own errors at once."""
+    loop = asyncio.get_running_loop()
+    deadline, delay = loop.time() + JOURNAL_RESTART_S, 0.05
+    while True:
+        try:
+            await journal.flush.remote()
+            return
+        except RayActorError:
+            if loop.time() + delay > deadline:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
 
 def db_key(db: str) -> str:
@@ -248,12 +270,12 @@ class JournalStore(EventStore):
         """Everything shipped and committed. A buffered batch's failure is raised by its
         own session's ``flush_session`` or next append, not here."""
         await self.flush_session_queue()
-        await self._journal.flush.remote()
+        await flush_journal(self._journal)
 
     async def flush_session(self, session_id: str) -> None:
         """Flush, raising only a failure that belongs to ``session_id``."""
         await self.flush_session_queue()
-        await self._journal.flush.remote()
+        await flush_journal(self._journal)
         self._raise_failed(session_id)
 
     async def header(self, session_id: str) -> SessionHeader:
