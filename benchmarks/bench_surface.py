@@ -232,28 +232,26 @@ class LogGenerator:
             chunk_seqs.append(e.seq)
             return e
 
-        index = 0
-        if rng.random() < 0.6:  # reasoning block
-            parts = [self._words(rng.randint(1, 4)) for _ in range(rng.randint(2, 6))]
-            yield chunk({"type": "block-start", "index": index, "blockType": "reasoning"})
+        def streamed(kind: str, min_parts: int, max_parts: int) -> Iterator[Event]:
+            """A text or reasoning block streamed as deltas, then closed."""
+            index = len(blocks)
+            parts = [self._words(rng.randint(1, 4))
+                     for _ in range(rng.randint(min_parts, max_parts))]
+            yield chunk({"type": "block-start", "index": index, "blockType": kind})
             for part in parts:
-                yield chunk({"type": "reasoning-delta", "index": index, "text": " " + part})
-            block = {"type": "reasoning", "text": "".join(" " + p for p in parts)}
+                yield chunk({"type": f"{kind}-delta", "index": index, "text": " " + part})
+            block = {"type": kind, "text": "".join(" " + p for p in parts)}
             yield chunk({"type": "block-end", "index": index, "block": block})
             blocks.append(block)
-            index += 1
+
+        if rng.random() < 0.6:
+            yield from streamed("reasoning", 2, 6)
         n_calls = 0 if last else rng.choice((1, 1, 1, 2, 3))
-        if n_calls == 0 or rng.random() < 0.3:  # text block
-            parts = [self._words(rng.randint(1, 4)) for _ in range(rng.randint(3, 9))]
-            yield chunk({"type": "block-start", "index": index, "blockType": "text"})
-            for part in parts:
-                yield chunk({"type": "text-delta", "index": index, "text": " " + part})
-            block = {"type": "text", "text": "".join(" " + p for p in parts)}
-            yield chunk({"type": "block-end", "index": index, "block": block})
-            blocks.append(block)
-            index += 1
+        if n_calls == 0 or rng.random() < 0.3:
+            yield from streamed("text", 3, 9)
         calls: list[dict[str, Any]] = []
         for _ in range(n_calls):
+            index = len(blocks)
             call_id = f"call_{index:02d}_{rng.getrandbits(96):024x}"
             name = rng.choice(TOOLS)
             arguments = '{"arg":"' + self._words(rng.randint(2, 8)) + '"}'
@@ -271,7 +269,6 @@ class LogGenerator:
             yield chunk({"type": "block-end", "index": index, "block": block})
             blocks.append(block)
             calls.append(block)
-            index += 1
         usage = {"inputTokens": rng.randint(1000, 90_000), "outputTokens": rng.randint(10, 3000)}
         yield chunk({"type": "usage", "usage": usage})
         yield chunk({"type": "finish",

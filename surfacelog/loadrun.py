@@ -113,7 +113,7 @@ class RunResult:
             "conflicts_retried": p.conflicts + self.compactor.conflicts
             + self.pruner.conflicts,
             "actor_kills": self.actor_kills,
-            "resent": p.resent + p.recovered,
+            "resent": p.resent,
             "lost_acknowledged": p.lost,
             "write_failures": self.write_failures[:20],
             "errors": p.errors + self.compactor.errors + self.pruner.errors,
@@ -215,7 +215,6 @@ def _merge(parts: list[DriverProgress]) -> DriverProgress:
         out.events += p.events
         out.appends += p.appends
         out.conflicts += p.conflicts
-        out.recovered += p.recovered
         out.lost += p.lost
         out.resent += p.resent
         out.errors += p.errors

@@ -3,28 +3,20 @@ timing asserts)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from benchmodules import load_bench
 
 from surfacelog.session import Session
-
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_actors.py"
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_actors", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_actors"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("bench_actors")
 
 
 def test_batches_are_valid_scripted_turns(bench: ModuleType) -> None:

@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from benchmodules import load_bench
 
 from surfacelog.schema import ReplaceOp, decode_log, encode_log
 from surfacelog.session import derive_from_nodes, fold_surface, replay
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_surface.py"
-
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_surface", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_surface"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("bench_surface")
 
 
 def test_generated_log_is_valid_and_realistic(bench: ModuleType) -> None:

@@ -39,6 +39,7 @@ from surfacelog.actors.protocol import (
     decode_messages,
     encode_append,
 )
+from surfacelog.actors.retry import Backoff
 from surfacelog.actors.session_actor import RemoteSessionHost
 from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
@@ -47,12 +48,10 @@ from surfacelog.store.base import CommitFailed, SessionInfo, StoreError
 RETRY_FOR_S = 30.0
 """How long a handle keeps resending an idempotent request whose actor died or is
 restarting (Ray restarts it; a dedicated actor's new process takes about a second)."""
-RETRY_FIRST_DELAY_S = 0.05
-RETRY_MAX_DELAY_S = 1.0
 _MAX_CONCURRENCY = 10_000
 
 
-async def _passivate_all(actor: Any) -> list[str]:
+async def _shutdown_actor(actor: Any) -> list[str]:
     """Passivate every session of ``actor``; the write failures it found, by session."""
     # A dedicated actor exits after passivating its idle session: it has nothing left to
     # flush. A crashed one lost its buffered writes, which its drivers see as missing.
@@ -146,7 +145,7 @@ class Host:
         then flush the journal. Returns the write failures found, one line per session
         (``session: error``); with buffered durability each means acknowledged events
         that are not stored. Every session is passivated either way."""
-        found = await asyncio.gather(*(_passivate_all(a) for a in list(self._actors.values())))
+        found = await asyncio.gather(*(_shutdown_actor(a) for a in list(self._actors.values())))
         failures = [line for lines in found for line in lines]
         try:
             await flush_journal(self.journal)
@@ -231,9 +230,7 @@ class SessionHandle:
         arguments then name the session themselves). ``relayed``: an idempotent request
         is also resent after the session actor relays a write of unknown outcome (not
         for a flush, whose caller must learn that a write failed)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.host.retry_for_s
-        delay = RETRY_FIRST_DELAY_S
+        backoff = Backoff(self.host.retry_for_s)
         while True:
             actor = self.host.actor(self.session_id)
             try:
@@ -245,15 +242,14 @@ class SessionHandle:
                 # The session actor's journal died or its commit failed: the session
                 # reloads from the store, and an idempotent request may be sent again.
                 if not (idempotent and relayed and isinstance(error, _UNKNOWN_OUTCOME)) \
-                        or loop.time() + delay > deadline:
+                        or backoff.exhausted():
                     raise error from None
             except RayActorError:  # died, or restarting (ActorUnavailableError)
                 self.host.forget(self.session_id)
-                if not idempotent or loop.time() + delay > deadline:
+                if not idempotent or backoff.exhausted():
                     raise
             self.host.resent += 1
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RETRY_MAX_DELAY_S)
+            await backoff.wait()
 
     async def append(self, type: str, data: Any = UNSET, *, surface_op: Any = UNSET,
                      source_event_seqs: Any = UNSET, ignorable: Any = UNSET,

@@ -56,10 +56,9 @@ class DriverProgress(msgspec.Struct):
     events: int = 0
     appends: int = 0
     conflicts: int = 0
-    recovered: int = 0
-    """Requests the driver sent again after its session actor died or passivated."""
     resent: int = 0
-    """Requests the session handles sent again themselves after an actor died."""
+    """Requests sent again after their session actor died, restarted or passivated
+    (by the handles, ``Host.resent``, and by the driver itself)."""
     lost: int = 0
     """Acknowledged events found missing from the log afterwards (at least this many):
     possible with buffered durability when an actor crashes, never with durable."""
@@ -116,7 +115,7 @@ class SessionDriver:
                 # exactly once thanks to expected_seq, after a look at whether repair
                 # closed our turn. (An actor that died is resent by the handle itself,
                 # for ``Host.retry_for_s``; past that the error is the session's end.)
-                self.progress.recovered += 1
+                self.handle.host.resent += 1
                 await asyncio.sleep(0.2)
                 await self._check_turn_open()
                 continue
@@ -227,7 +226,7 @@ class DriverActor:
         return {"sessions": p.sessions, "turns_done": p.turns_done,
                 "turns_interrupted": p.turns_interrupted, "events": p.events,
                 "appends": p.appends, "conflicts": p.conflicts,
-                "resent": p.recovered + self._host.resent, "lost": p.lost,
+                "resent": self._host.resent, "lost": p.lost,
                 "errors": p.errors,
                 "finished": p.finished, "last_error": p.last_error,
                 "recent_latencies_ms": p.latencies_ms[-200:]}

@@ -25,6 +25,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from surfacelog.actors.protocol import EventsPayload, decode_events, encode_events
+from surfacelog.actors.retry import Backoff
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session.session import Session
@@ -50,17 +51,15 @@ async def flush_journal(journal: Any) -> None:
     """``journal.flush``, sent again while the journal is restarting (a flush is a
     barrier: sending it twice is harmless). Raises the last ``RayActorError`` after
     ``JOURNAL_RESTART_S``, and the journal's own errors at once."""
-    loop = asyncio.get_running_loop()
-    deadline, delay = loop.time() + JOURNAL_RESTART_S, 0.05
+    backoff = Backoff(JOURNAL_RESTART_S)
     while True:
         try:
             await journal.flush.remote()
             return
         except RayActorError:
-            if loop.time() + delay > deadline:
+            if backoff.exhausted():
                 raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            await backoff.wait()
 
 
 def db_key(db: str) -> str:

@@ -252,15 +252,10 @@ class Session:
         with self.atomic(), gc_paused():
             t = self._clock()
             base = len(self._log)
-            events = self._build_batch(items, base, t, owned)
+            events = [item if isinstance(item, Event) else build_event(item, k, t, owned=owned)
+                      for k, item in enumerate(items, base)]
             self._manager.fold_batch(events, self._log, shapes.payloads_valid(events))
         return events
-
-    def _build_batch(self, items: Iterable[AppendSpec | Event], base: int, t: int,
-                     owned: bool) -> list[Event]:
-        """``build_event`` of each spec from seq ``base`` at time ``t``; events kept."""
-        return [item if isinstance(item, Event) else build_event(item, k, t, owned=owned)
-                for k, item in enumerate(items, base)]
 
     @contextmanager
     def atomic(self) -> Iterator[None]:

@@ -167,7 +167,8 @@ _LIST_TYPES: dict[type[msgspec.Struct], Any] = {}
 
 
 def payloads_valid(events: Sequence[Event]) -> list[bool]:
-    """For each event, whether its payload is already known to be valid.
+    """For each event, whether it is of a registered log-only type and its payload is
+    already known to be valid (``SurfaceManager.fold_batch`` relies on both).
 
     The payloads of each registered log-only type are converted in one msgspec call (a
     batch of chunks costs one call, not one each). A group that fails is left unmarked:

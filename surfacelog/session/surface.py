@@ -212,20 +212,18 @@ class SurfaceManager:
         Runs of plain log-only events (most of a turn: chunks, steps, tool calls) are
         checked in one loop and committed by one ``extend``: they never touch the nodes.
         """
-        types = EVENT_TYPES
         total, k = len(events), 0
         while k < total:
             run_start, seq = k, self._synced
             while k < total:
                 event = events[k]
                 t = event.time
+                # ``checked`` already means a registered log-only type with a valid
+                # payload: the envelope is all that is left to look at.
                 if not (checked[k] and event.seq == seq and type(event.seq) is int
                         and type(t) is int and -MAX_SAFE_INT <= t <= MAX_SAFE_INT
                         and event.surface_op is UNSET and event.source_event_seqs is UNSET
                         and event.ignorable is UNSET):
-                    break
-                spec = types.get(event.type)  # ``checked``: the type is a registered str
-                if spec is None or spec.eligible:
                     break
                 k += 1
                 seq += 1
