@@ -25,13 +25,16 @@ from typing import Any
 
 import msgspec
 import ray
+from ray.exceptions import RayActorError
 
 from surfacelog.actors.client import Host, connect
 from surfacelog.actors.compactor import CompactorStats, RemoteCompactor, RemotePruner
 from surfacelog.actors.driver import DriverProgress, RemoteDriver
 from surfacelog.actors.protocol import Durability, Placement
+from surfacelog.actors.retry import Backoff
 from surfacelog.actors.script import ScriptConfig
 from surfacelog.session.digest import SessionDigest, digest
+from surfacelog.store.base import StoreError
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,17 @@ async def live_digests(host: Host, ids: list[str]) -> dict[str, SessionDigest]:
     return dict(await asyncio.gather(*(one(s) for s in ids)))
 
 
+async def flush_sessions(host: Host, ids: list[str]) -> list[str]:
+    """Flush every session; the write failures found (``session: error``)."""
+    async def one(sid: str) -> str | None:
+        try:
+            await host.session(sid).flush()
+        except (StoreError, RayActorError) as exc:
+            return f"{sid}: {type(exc).__name__}: {exc}"
+        return None
+    return [line for line in await asyncio.gather(*(one(s) for s in ids)) if line]
+
+
 def replay_digests(db: str) -> dict[str, SessionDigest]:
     """Replay every stored session in a fresh process (``surfacelog digest``)."""
     out = subprocess.run(
@@ -263,9 +277,13 @@ async def run_workload(cfg: RunConfig,
                                                   pruner.stop.remote())
             samples = await poller
         wall = time.time() - started
+        # Flush before reading the live state: a session whose buffered writes failed
+        # reports it here and reloads from the store, so what is read next is what
+        # survived, and the failure is counted instead of showing up as a mismatch.
+        write_failures = await flush_sessions(host, ids)
         live = await live_digests(host, ids)
         journal = await host.journal_stats()
-        write_failures = await host.passivate_all()
+        write_failures += await host.passivate_all()
         replayed = await asyncio.get_running_loop().run_in_executor(None, replay_digests, db)
     finally:
         for actor in (*drivers, compactor, pruner):
@@ -287,20 +305,54 @@ async def _chaos(host: Host, ids: list[str], cfg: RunConfig, done: asyncio.Event
     (seeded) the way a crash would: Ray restarts it, its sessions activate again through
     crash repair, and the drivers resend. With ``kill_journal`` every third kill is the
     journal's: sessions whose writes it took down reload from the store. Returns how
-    many kills were made."""
+    many kills were made, once every victim serves again from its new process (so that
+    nothing read afterwards comes from an incarnation about to die)."""
     if cfg.kill_every_s <= 0:
         return 0
     rng = random.Random(cfg.seed)
-    kills = 0
+    kills: list[asyncio.Future[None]] = []
+    try:
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(done.wait(), timeout=cfg.kill_every_s)
+            if done.is_set():
+                break
+            victim = host.journal if cfg.kill_journal and (len(kills) + 1) % 3 == 0 \
+                else host.actor(rng.choice(ids))
+            kills.append(asyncio.ensure_future(kill_and_await_restart(victim)))
+    finally:
+        await asyncio.gather(*kills)
+    return len(kills)
+
+
+RESTART_WAIT_S = 60.0
+"""How long the chaos waits for a killed actor to serve again."""
+
+
+async def _serving_pid(actor: Any, backoff: Backoff) -> int:
     while True:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(done.wait(), timeout=cfg.kill_every_s)
-        if done.is_set():
-            return kills
-        kills += 1
-        victim = host.journal if cfg.kill_journal and kills % 3 == 0 \
-            else host.actor(rng.choice(ids))
-        ray.kill(victim, no_restart=False)
+        try:
+            pid: int = await actor.pid.remote()
+            return pid
+        except RayActorError:
+            if backoff.exhausted():
+                raise
+            await backoff.wait()
+
+
+async def kill_and_await_restart(actor: Any) -> None:
+    """Kill ``actor`` as a crash would (Ray restarts it) and return once a new process
+    serves it. ``ray.kill`` only sends the kill: a call made right after it may still
+    be served by the old process. Raises ``RayActorError`` when the actor does not
+    serve again within ``RESTART_WAIT_S``, ``TimeoutError`` when the old process
+    still serves it then."""
+    backoff = Backoff(RESTART_WAIT_S)
+    before = await _serving_pid(actor, backoff)
+    ray.kill(actor, no_restart=False)
+    while await _serving_pid(actor, backoff) == before:
+        if backoff.exhausted():
+            raise TimeoutError(f"actor still served by process {before} after the kill")
+        await backoff.wait()
 
 
 def write_html(path: str | Path, result: RunResult) -> None:

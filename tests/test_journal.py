@@ -4,6 +4,7 @@ real SQLite file) whose commits can be held back."""
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,10 @@ def gated_journal(db: str) -> Any:
             super().__init__(db, {})
             self._gate = asyncio.Event()
 
-        async def append_many(self, batches: list[tuple[str, EventsPayload, int]]
-                              ) -> list[BaseException | None]:
+        async def append_many(self, batches: list[tuple[str, EventsPayload, int]],
+                              resend: bool = False) -> list[BaseException | None]:
             await self._gate.wait()
-            return await super().append_many(batches)
+            return await super().append_many(batches, resend)
 
         async def release(self) -> None:
             self._gate.set()
@@ -89,4 +90,65 @@ async def test_a_cancelled_wait_queues_nothing(tmp_path: Path) -> None:
     await journal.release.remote()
     await store.flush_session("cancel")
     assert await store.read_since("cancel", 0, None) == first
+    await store.close()
+
+
+def crashing_journal(db: str, marker: str, when: str) -> Any:
+    """A real journal actor that Ray restarts, whose process dies in its first write:
+    ``before`` committing it or ``after`` (the commit is then stored but never answered).
+    The marker file tells the restarted process that the crash has happened."""
+
+    class CrashingJournal(JournalActor):
+        def __init__(self, db: str, marker: str, when: str) -> None:
+            super().__init__(db, {})
+            self._marker = Path(marker)
+            self._when = when
+
+        def _crash_now(self) -> bool:
+            if self._marker.exists():
+                return False
+            self._marker.touch()
+            return True
+
+        async def append(self, session_id: str, events: EventsPayload, epoch: int,
+                         durable: bool, resend: bool = False) -> None:
+            crash = self._crash_now()
+            if crash and self._when == "before":
+                os._exit(1)
+            await super().append(session_id, events, epoch, durable, resend)
+            if crash:
+                os._exit(1)
+
+        async def append_many(self, batches: list[tuple[str, EventsPayload, int]],
+                              resend: bool = False) -> list[BaseException | None]:
+            crash = self._crash_now()
+            if crash and self._when == "before":
+                os._exit(1)
+            results = await super().append_many(batches, resend)
+            if crash:
+                os._exit(1)
+            return results
+
+    return ray.remote(CrashingJournal).options(max_restarts=-1).remote(db, marker, when)
+
+
+@pytest.mark.parametrize("durable", [True, False], ids=["durable", "buffered"])
+@pytest.mark.parametrize("when", ["before", "after"])
+async def test_writes_survive_a_journal_crash(tmp_path: Path, when: str,
+                                              durable: bool) -> None:
+    """The journal dies in the middle of a write, with the batch committed or not: the
+    write is sent again to the restarted journal and stored exactly once, without an
+    error reaching the session."""
+    journal = crashing_journal(str(tmp_path / "crash.db"), str(tmp_path / "crashed"), when)
+    store = JournalStore(journal, ship_delay_s=0.0)
+    header = header_for("crash")
+    epoch = await store.create(header)
+    session = Session(header=header)
+    for _ in range(3):
+        events = session.append_batch(_batch(session, 20))
+        await asyncio.wait_for(store.append("crash", events, epoch=epoch, durable=durable),
+                               60)
+    await asyncio.wait_for(store.flush_session("crash"), 60)
+    assert (tmp_path / "crashed").exists()  # the crash did happen
+    assert await store.read_since("crash", 0, None) == session.log
     await store.close()

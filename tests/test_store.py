@@ -379,6 +379,38 @@ async def test_seq_gap_and_duplicate_are_refused(store: SqliteEventStore) -> Non
     assert await store.read_since("g") == events
 
 
+async def test_a_resend_of_a_stored_batch_counts_as_written(tmp_path: Path) -> None:
+    """A batch sent again after its first send's outcome was lost: written once if the
+    first send stored it, written now if it did not; anything else is still refused."""
+    path = tmp_path / "resend.db"
+    store = await SqliteEventStore.open(path)
+    try:
+        events = list(build_session("r", 1).log)
+        epoch = await store.create(header("r"))
+        await store.append("r", events[:5], epoch=epoch)
+        await store.append("r", events[:5], epoch=epoch, resend=True)  # stored: no-op
+        await store.append("r", events[3:5], epoch=epoch, resend=True)  # the tail of it
+        await store.append("r", events[5:8], epoch=epoch, resend=True)  # lost: written
+        with pytest.raises(SeqMismatch, match="stored next seq is 8"):
+            await store.append("r", events[9:11], epoch=epoch, resend=True)  # a gap
+        with pytest.raises(SeqMismatch, match="stored next seq is 8"):
+            await store.append("r", events[5:8], epoch=epoch)  # not marked: refused
+        assert await store.read_since("r") == events[:8]
+        other = await SqliteEventStore.open(path)
+        try:
+            opened = await other.open_session("r")  # a newer writer takes the session
+        finally:
+            await other.close()
+        with pytest.raises(WriterFenced, match="stale"):
+            await store.append("r", events[5:8], epoch=epoch, resend=True)
+        stored = await store.read_since("r")
+        assert stored == list(opened.session.log) and stored[:8] == events[:8]
+        assert _rows(path, "SELECT count(*) FROM events WHERE session_id = 'r'") == \
+            [(len(stored),)]  # the first eight once, then the new writer's repair
+    finally:
+        await store.close()
+
+
 async def test_second_writer_fences_the_first(tmp_path: Path) -> None:
     path = tmp_path / "f.db"
     first = await SqliteEventStore.open(path)

@@ -10,6 +10,10 @@ flush. The sender lingers up to ``ship_delay_s`` so that one call carries many a
 (each Ray call costs the actor about as much CPU as serving a request); a flush, a durable
 append or ``SHIP_EVENTS`` queued events ship at once. Past ``MAX_BUFFERED_EVENTS``
 uncommitted events a buffered append waits for the journal (backpressure).
+
+When the journal dies, Ray restarts it and every write it had not answered is sent again,
+marked as a resend: the new journal takes a batch the old one committed as written and
+commits one it lost. A journal crash so loses nothing a session actor still holds.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ import asyncio
 import contextlib
 import hashlib
 import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import Any, TypeVar
 
 import ray
 from ray.exceptions import RayActorError
@@ -32,6 +37,7 @@ from surfacelog.session.session import Session
 from surfacelog.store.base import EventStore, OpenedSession, SessionInfo
 from surfacelog.store.sqlite import SqliteEventStore
 
+T = TypeVar("T")
 NAMESPACE = "surfacelog"
 SHIP_DELAY_S = 0.05
 """How long buffered batches wait in a session actor for company before shipping."""
@@ -51,15 +57,25 @@ async def flush_journal(journal: Any) -> None:
     """``journal.flush``, sent again while the journal is restarting (a flush is a
     barrier: sending it twice is harmless). Raises the last ``RayActorError`` after
     ``JOURNAL_RESTART_S``, and the journal's own errors at once."""
+    await _resending(lambda _resend: journal.flush.remote())
+
+
+async def _resending(send: Callable[[bool], Awaitable[T]]) -> T:
+    """``send(False)``; while the journal is dead or restarting, ``send(True)`` again
+    until it answers. A write sent to a journal that died has an unknown outcome, and a
+    resend settles it: the restarted journal takes a batch it already committed as
+    written (same epoch, seqs stored) and commits one it lost. Raises the last
+    ``RayActorError`` after ``JOURNAL_RESTART_S``, and the journal's own errors at once."""
     backoff = Backoff(JOURNAL_RESTART_S)
+    resend = False
     while True:
         try:
-            await journal.flush.remote()
-            return
+            return await send(resend)
         except RayActorError:
             if backoff.exhausted():
                 raise
-            await backoff.wait()
+        resend = True
+        await backoff.wait()
 
 
 def db_key(db: str) -> str:
@@ -93,6 +109,10 @@ class JournalActor:
         await self._get()
         return self._db
 
+    async def pid(self) -> int:
+        """The process serving this actor: a new one after Ray restarts it."""
+        return os.getpid()
+
     async def create(self, header: SessionHeader, events: Sequence[Event]) -> int:
         result = await (await self._get()).create(header, events)
         return result
@@ -106,18 +126,20 @@ class JournalActor:
         return result
 
     async def append(self, session_id: str, events: EventsPayload, epoch: int,
-                     durable: bool) -> None:
-        """Append one batch (``encode_events`` bytes or the events)."""
+                     durable: bool, resend: bool = False) -> None:
+        """Append one batch (``encode_events`` bytes or the events). ``resend``: sent
+        again after the journal died (see ``SqliteEventStore.append``)."""
         await (await self._get()).append(session_id, decode_events(events), epoch=epoch,
-                                         durable=durable)
+                                         durable=durable, resend=resend)
 
     async def append_many(
-        self, batches: list[tuple[str, EventsPayload, int]],
+        self, batches: list[tuple[str, EventsPayload, int]], resend: bool = False,
     ) -> list[BaseException | None]:
         """Commit several sessions' batches (in order per session); one result each."""
         store = await self._get()
         results = await asyncio.gather(
-            *(store.append(sid, decode_events(events), epoch=epoch, durable=True)
+            *(store.append(sid, decode_events(events), epoch=epoch, durable=True,
+                           resend=resend)
               for sid, events, epoch in batches),
             return_exceptions=True,
         )
@@ -213,7 +235,8 @@ class JournalStore(EventStore):
         payload = self._encode(events)
         if durable:
             await self.flush_session_queue()
-            await self._journal.append.remote(session_id, payload, epoch, True)
+            await _resending(partial(self._journal.append.remote, session_id, payload,
+                                     epoch, True))
             return
         self._queue.append((session_id, payload, epoch, len(events)))
         self._queued_events += len(events)
@@ -249,7 +272,7 @@ class JournalStore(EventStore):
             self._queued_events = 0
             wire = [(sid, payload, epoch) for sid, payload, epoch, _ in batches]
             try:
-                results = await self._journal.append_many.remote(wire)
+                results = await _resending(partial(self._journal.append_many.remote, wire))
             except Exception as exc:  # the journal is unreachable: fail every batch
                 results = [exc] * len(batches)
             for (sid, _payload, _epoch), result in zip(wire, results, strict=True):

@@ -160,6 +160,10 @@ class SessionHostActor:
     async def ping(self) -> None:
         """A no-op round trip (the benchmark's baseline)."""
 
+    async def pid(self) -> int:
+        """The process serving this actor: a new one after Ray restarts it."""
+        return os.getpid()
+
     async def append(self, session_id: str, spec: AppendSpec,
                      expected_seq: int | None = None) -> Event:
         events = await self._run(session_id, lambda h: h.append_batch([spec], expected_seq))

@@ -222,19 +222,23 @@ class SqliteEventStore(EventStore):
         return OpenedSession(session, stored.epoch, repaired)
 
     async def append(self, session_id: str, events: Sequence[Event], *, epoch: int,
-                     durable: bool = True) -> None:
+                     durable: bool = True, resend: bool = False) -> None:
         """Queue a batch (see ``EventStore.append``); an empty batch does nothing.
 
         ``durable``: return once the batch's group is committed (fsynced under
         ``synchronous="FULL"``); otherwise return at once and let ``flush`` report a
-        failure. Raises, for the batch itself: ``SeqMismatch``, ``WriterFenced``,
-        ``SessionNotFound``, ``BadEvent`` (nothing of the batch written); for its
-        group: ``CommitFailed`` (the batch stays queued and is retried)."""
+        failure. ``resend``: the same batch was sent before to a process that died
+        before answering; if that send stored it (the session holds its seqs under
+        ``epoch``), it counts as written instead of a ``SeqMismatch``. Raises, for
+        the batch itself: ``SeqMismatch``, ``WriterFenced``, ``SessionNotFound``,
+        ``BadEvent`` (nothing of the batch written); for its group: ``CommitFailed``
+        (the batch stays queued and is retried)."""
         self._check_open()
         if not events:
             return
         batch = encode_batch(session_id, events)
-        waiter = self._writer.submit(session_id, epoch, batch, durable=durable)
+        waiter = self._writer.submit(session_id, epoch, batch, durable=durable,
+                                     resend=resend)
         if waiter is not None:
             await waiter
 

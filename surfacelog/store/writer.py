@@ -71,19 +71,21 @@ class NewSession(NamedTuple):
 class PendingBatch:
     """A queued batch: its rows, where it must go, and who waits for it. With
     ``create``, the batch creates its session (writer epoch 1) and holds its first
-    events, if any."""
+    events, if any. With ``resend``, the batch may already be stored (see
+    ``GroupWriter.submit``)."""
 
-    __slots__ = ("batch", "create", "epoch", "id", "session_id", "waiter")
+    __slots__ = ("batch", "create", "epoch", "id", "resend", "session_id", "waiter")
 
     def __init__(self, id: int, session_id: str, epoch: int, batch: EncodedBatch,
                  waiter: asyncio.Future[None] | None,
-                 create: NewSession | None = None) -> None:
+                 create: NewSession | None = None, resend: bool = False) -> None:
         self.id = id
         self.session_id = session_id
         self.epoch = epoch
         self.batch = batch
         self.waiter = waiter
         self.create = create
+        self.resend = resend
 
 
 class WriterStats(Struct, frozen=True):
@@ -99,7 +101,10 @@ class WriterStats(Struct, frozen=True):
 # -- the transaction (runs on the connection thread) -----------------------------------
 
 
-def _refusal(conn: sqlite3.Connection, item: PendingBatch) -> StoreError:
+def _refusal(conn: sqlite3.Connection, item: PendingBatch) -> StoreError | None:
+    """Why the batch cannot advance its session; ``None`` for a resend whose seqs the
+    session already holds under the batch's own epoch: only that writer stores under
+    its epoch and it sends each seq once, so they hold this very batch."""
     row = conn.execute("SELECT writer_epoch, next_seq FROM sessions WHERE id = ?",
                        (item.session_id,)).fetchone()
     sid = item.session_id
@@ -109,6 +114,8 @@ def _refusal(conn: sqlite3.Connection, item: PendingBatch) -> StoreError:
     if epoch != item.epoch:
         return WriterFenced(f"session {sid!r}: writer epoch {item.epoch} is stale, the "
                             f"session was taken by epoch {epoch}; nothing written")
+    if item.resend and next_seq >= item.batch.start + len(item.batch.rows):
+        return None
     return SeqMismatch(f"session {sid!r}: batch starts at seq {item.batch.start}, the stored "
                        f"next seq is {next_seq}; nothing written")
 
@@ -132,12 +139,14 @@ def _write_batch(conn: sqlite3.Connection, item: PendingBatch) -> StoreError | N
     try:
         if item.create is not None:
             outcome = _create_session(conn, item, item.create)
+            write = outcome is None
         else:
             cursor = conn.execute(_ADVANCE, (batch.start + len(batch.rows),
                                              batch.last_time, item.session_id, item.epoch,
                                              batch.start))
-            outcome = None if cursor.rowcount == 1 else _refusal(conn, item)
-        if outcome is None and batch.rows:
+            write = cursor.rowcount == 1
+            outcome = None if write else _refusal(conn, item)
+        if write and batch.rows:
             insert_rows(conn, batch.rows)
     except _ROW_ERRORS as exc:
         conn.execute("ROLLBACK TO batch")
@@ -218,16 +227,19 @@ class GroupWriter:
                            len(self._queue))
 
     def submit(self, session_id: str, epoch: int, batch: EncodedBatch, *,
-               durable: bool, create: NewSession | None = None
+               durable: bool, create: NewSession | None = None, resend: bool = False
                ) -> asyncio.Future[None] | None:
         """Queue ``batch`` (with ``create``: the session's creation, epoch 1, and its
         first events). With ``durable`` return a future that completes when the batch
         is committed (or fails with its ``StoreError``); otherwise return ``None`` and
-        keep a failure for ``flush`` to raise. Raises ``StoreError`` once closed."""
+        keep a failure for ``flush`` to raise. ``resend``: the batch was sent before
+        with an unknown outcome (the process that took it died); when the session
+        already holds its seqs under the batch's epoch it counts as written, since that
+        earlier send stored it. Raises ``StoreError`` once closed."""
         self._check_open()
         waiter = asyncio.get_running_loop().create_future() if durable else None
         self._queue.append(PendingBatch(self._next_id, session_id, epoch, batch, waiter,
-                                        create))
+                                        create, resend))
         self._next_id += 1
         self._queued_events += len(batch.rows)
         if durable or self._queued_events >= self._max_events:
