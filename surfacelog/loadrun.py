@@ -320,8 +320,11 @@ async def _chaos(host: Host, ids: list[str], cfg: RunConfig, done: asyncio.Event
             victim = host.journal if cfg.kill_journal and (len(kills) + 1) % 3 == 0 \
                 else host.actor(rng.choice(ids))
             kills.append(asyncio.ensure_future(kill_and_await_restart(victim)))
-    finally:
-        await asyncio.gather(*kills)
+    except BaseException:  # interrupted: stop waiting for the victims too
+        for kill in kills:
+            kill.cancel()
+        raise
+    await asyncio.gather(*kills)
     return len(kills)
 
 
