@@ -304,7 +304,7 @@ async def _chaos(host: Host, ids: list[str], cfg: RunConfig, done: asyncio.Event
     """Until ``done``, every ``kill_every_s`` kill the actor serving a random session
     (seeded) the way a crash would: Ray restarts it, its sessions activate again through
     crash repair, and the drivers resend. With ``kill_journal`` every third kill is the
-    journal's: sessions whose writes it took down reload from the store. Returns how
+    journal's: the session actors send it again the writes it had not answered. Returns how
     many kills were made, once every victim serves again from its new process (so that
     nothing read afterwards comes from an incarnation about to die)."""
     if cfg.kill_every_s <= 0:

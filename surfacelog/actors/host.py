@@ -118,7 +118,8 @@ class SessionHost:
         Only ``BadEvent`` (this batch refused whole, nothing written) leaves the host
         serving. After any other failure the store may hold more or less than the
         rolled-back session: a commit that failed stays queued and is retried, a journal
-        that died may have committed, an earlier buffered batch may have been refused.
+        that stayed down past ``JOURNAL_RESTART_S`` may have committed before it died,
+        an earlier buffered batch may have been refused.
         The host then closes as ``RELOAD``, and the next request activates the session
         again from the store, the truth; an ``expected_seq`` retry then finds its events
         or appends them, exactly once."""
