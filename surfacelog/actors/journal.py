@@ -29,13 +29,20 @@ from typing import Any, TypeVar
 import ray
 from ray.exceptions import RayActorError
 
-from surfacelog.actors.protocol import EventsPayload, decode_events, encode_events
+from surfacelog.actors.protocol import (
+    EventsPayload,
+    decode_events,
+    decode_stored,
+    encode_events,
+    encode_stored,
+)
 from surfacelog.actors.retry import Backoff
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session.session import Session
-from surfacelog.store.base import EventStore, OpenedSession, SessionInfo
+from surfacelog.store.base import EventStore, OpenedSession, SessionInfo, SessionNotFound
 from surfacelog.store.sqlite import SqliteEventStore
+from surfacelog.store.stored import StoredSession, reopen, replay_stored
 
 T = TypeVar("T")
 NAMESPACE = "surfacelog"
@@ -117,13 +124,21 @@ class JournalActor:
         result = await (await self._get()).create(header, events)
         return result
 
-    async def open_session(self, session_id: str) -> OpenedSession:
-        result = await (await self._get()).open_session(session_id)
-        return result
+    async def open_stored(self, session_id: str) -> bytes:
+        """Take ``session_id`` for writing (the epoch bump) and read it whole, as
+        ``encode_stored`` bytes: the session actor decodes, validates and repairs it
+        itself (a pickled ``Session`` would cost more than the read)."""
+        store = await self._get()
+        return encode_stored(await store.read_stored(session_id, bump=True))
 
-    async def open_or_create(self, header: SessionHeader) -> OpenedSession:
-        result = await (await self._get()).open_or_create(header)
-        return result
+    async def open_or_create_stored(self, header: SessionHeader) -> bytes | int:
+        """``open_stored(header.id)``; when it is not stored, ``create(header)``'s
+        writer epoch. One round trip for a session actor's activation."""
+        store = await self._get()
+        try:
+            return encode_stored(await store.read_stored(header.id, bump=True))
+        except SessionNotFound:
+            return await store.create(header)
 
     async def append(self, session_id: str, events: EventsPayload, epoch: int,
                      durable: bool, resend: bool = False) -> None:
@@ -157,9 +172,10 @@ class JournalActor:
         result = await (await self._get()).read_since(session_id, since_seq, limit)
         return result
 
-    async def load(self, session_id: str) -> Session:
-        result = await (await self._get()).load(session_id)
-        return result
+    async def load_stored(self, session_id: str) -> bytes:
+        """The whole session as stored (no epoch bump), as ``encode_stored`` bytes."""
+        store = await self._get()
+        return encode_stored(await store.read_stored(session_id))
 
     async def list_sessions(self) -> list[SessionInfo]:
         result = await (await self._get()).list_sessions()
@@ -209,13 +225,24 @@ class JournalStore(EventStore):
 
     async def open_session(self, session_id: str) -> OpenedSession:
         await self._settle(session_id)
-        opened: OpenedSession = await self._journal.open_session.remote(session_id)
-        return opened
+        payload: bytes = await self._journal.open_stored.remote(session_id)
+        return await self._reopen(session_id, decode_stored(payload))
 
     async def open_or_create(self, header: SessionHeader) -> OpenedSession:
         await self._settle(header.id)
-        opened: OpenedSession = await self._journal.open_or_create.remote(header)
-        return opened
+        answer: bytes | int = await self._journal.open_or_create_stored.remote(header)
+        if isinstance(answer, int):
+            return OpenedSession(Session(header=header), answer, ())
+        return await self._reopen(header.id, decode_stored(answer))
+
+    async def _reopen(self, session_id: str, stored: StoredSession) -> OpenedSession:
+        """The session of a read that took it for writing, with its seed marker and
+        crash-repair closers stored durably first (as ``SqliteEventStore.open_session``
+        does). Raises ``CorruptStore``, ``WriterFenced``, store errors."""
+        session, repaired = reopen(session_id, stored)
+        if repaired:
+            await self.append(session_id, repaired, epoch=stored.epoch, durable=True)
+        return OpenedSession(session, stored.epoch, repaired)
 
     def _raise_failed(self, session_id: str) -> None:
         exc = self._failed.pop(session_id, None)
@@ -311,8 +338,8 @@ class JournalStore(EventStore):
         return events
 
     async def load(self, session_id: str) -> Session:
-        session: Session = await self._journal.load.remote(session_id)
-        return session
+        payload: bytes = await self._journal.load_stored.remote(session_id)
+        return replay_stored(session_id, decode_stored(payload))
 
     async def list_sessions(self) -> list[SessionInfo]:
         sessions: list[SessionInfo] = await self._journal.list_sessions.remote()

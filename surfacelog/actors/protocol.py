@@ -7,7 +7,9 @@ Appends travel as bytes (the "wire" helpers below): specs as one JSON document, 
 reply as msgpack, usually an ``AppendAck`` (the first seq and the time) from which the
 client makes the logged events itself when they are read (``LoggedEvents``). Ray pickles
 anything else with cloudpickle, which calls back into Python for every struct and every
-``UNSET`` field; on the append path that cost more than the Ray call itself.
+``UNSET`` field; on the append path that cost more than the Ray call itself. For the
+same reason a session actor activates from the journal's read of the session as msgpack
+rows (``encode_stored``) and decodes and validates it itself.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from msgspec import UNSET, Struct, UnsetType
 from surfacelog.schema.events import Event, ReplaceOp
 from surfacelog.session import AppendSpec, build_event
 from surfacelog.session.gcpause import gc_paused
+from surfacelog.store.stored import StoredSession
 
 
 def _unset() -> UnsetType:
@@ -49,6 +52,21 @@ _EVENTS_DECODER: Final = msgspec.msgpack.Decoder(list[Event])
 EventsPayload = bytes | list[Event]
 """Logged events as msgpack bytes, or as the list itself when msgpack cannot hold them
 (an integer beyond 64 bits in ``data``)."""
+
+
+_STORED_DECODER: Final = msgspec.msgpack.Decoder(StoredSession)
+
+
+def encode_stored(stored: StoredSession) -> bytes:
+    """A whole-session read as the journal sends it to a session actor: rows of strings
+    and integers (SQLite's), which msgpack carries exactly."""
+    return _EVENTS_ENCODER.encode(stored)
+
+
+def decode_stored(payload: bytes) -> StoredSession:
+    """The read of ``encode_stored``."""
+    with gc_paused():
+        return _STORED_DECODER.decode(payload)
 
 
 _EXACT_DATA: Final = frozenset({dict, list, str, int, bool, type(None), UnsetType})

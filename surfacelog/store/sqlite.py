@@ -7,21 +7,14 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Final, Literal, NamedTuple, TypeVar
+from typing import Final, Literal, TypeVar
 
 import msgspec
 
-from surfacelog.schema.errors import LogError
 from surfacelog.schema.events import Event
-from surfacelog.schema.header import (
-    SessionHeader,
-    check_header,
-    header_from_json,
-    header_to_json,
-)
-from surfacelog.session import Session, interrupted_turn_closers, replay
+from surfacelog.schema.header import SessionHeader, check_header, header_to_json
+from surfacelog.session import Session
 from surfacelog.store.base import (
-    CorruptStore,
     EventStore,
     OpenedSession,
     SeqMismatch,
@@ -30,29 +23,16 @@ from surfacelog.store.base import (
     StoreError,
 )
 from surfacelog.store.connection import ConnectionThread
-from surfacelog.store.rows import (
-    SELECT_EVENTS,
-    EncodedBatch,
-    StoredRow,
-    decode_rows,
-    encode_batch,
-)
+from surfacelog.store.rows import SELECT_EVENTS, EncodedBatch, decode_rows, encode_batch
 from surfacelog.store.schema_check import check_or_initialise, classify, inspect_file, read_shape
+from surfacelog.store.stored import StoredSession, decode_header, reopen, replay_stored
 from surfacelog.store.writer import GroupWriter, NewSession
 
 Synchronous = Literal["FULL", "NORMAL"]
 T = TypeVar("T")
 
-_ANY: Final = msgspec.json.Decoder()
 _ENCODER: Final = msgspec.json.Encoder()
 _NO_LIMIT: Final = -1
-
-
-class _StoredSession(NamedTuple):
-    header: str
-    epoch: int
-    next_seq: int
-    rows: list[StoredRow]
 
 
 # -- units of work on the connection thread ----------------------------------------------
@@ -83,8 +63,8 @@ def _in_transaction(conn: sqlite3.Connection, begin: str, work: Callable[[], T])
 
 
 def _read_session(session_id: str, since_seq: int, limit: int, bump: bool,
-                  conn: sqlite3.Connection) -> _StoredSession | None:
-    def work() -> _StoredSession | None:
+                  conn: sqlite3.Connection) -> StoredSession | None:
+    def work() -> StoredSession | None:
         if bump:
             conn.execute("UPDATE sessions SET writer_epoch = writer_epoch + 1 WHERE id = ?",
                          (session_id,))
@@ -93,7 +73,7 @@ def _read_session(session_id: str, since_seq: int, limit: int, bump: bool,
         if row is None:
             return None
         rows = conn.execute(SELECT_EVENTS, (session_id, since_seq, limit)).fetchall()
-        return _StoredSession(row[0], row[1], row[2], rows)
+        return StoredSession(row[0], row[1], row[2], rows)
 
     return _in_transaction(conn, "BEGIN IMMEDIATE" if bump else "BEGIN", work)
 
@@ -207,19 +187,21 @@ class SqliteEventStore(EventStore):
         durably with the new epoch before the session is returned. Raises
         ``SessionNotFound``, ``CorruptStore``, ``CommitFailed``, ``WriterFenced`` (an
         even newer writer took the session meanwhile)."""
-        self._check_open()
-        await self._writer.drain()
-        stored = await self._read(session_id, 0, bump=True)
-        header, events = self._decode(session_id, stored)
-        try:
-            session = Session(events, header=header)
-            for closer in interrupted_turn_closers(session.log):
-                session.append_event(closer)
-        except LogError as exc:
-            raise _corrupt(session_id, exc) from exc
-        repaired = tuple(session.log[len(events):])
+        stored = await self.read_stored(session_id, bump=True)
+        session, repaired = reopen(session_id, stored)
         await self.append(session_id, repaired, epoch=stored.epoch, durable=True)
         return OpenedSession(session, stored.epoch, repaired)
+
+    async def read_stored(self, session_id: str, *, bump: bool = False) -> StoredSession:
+        """The whole session in one read, undecoded, for a caller that decodes and
+        validates it elsewhere (``stored.reopen``, ``stored.replay_stored``). ``bump``
+        takes the session for writing as ``open_session`` does: batches queued earlier
+        are committed first, and the epoch bump and the read are one transaction.
+        Raises ``SessionNotFound``, ``StoreError``."""
+        self._check_open()
+        if bump:
+            await self._writer.drain()
+        return await self._read(session_id, 0, bump=bump)
 
     async def append(self, session_id: str, events: Sequence[Event], *, epoch: int,
                      durable: bool = True, resend: bool = False) -> None:
@@ -261,7 +243,7 @@ class SqliteEventStore(EventStore):
     async def header(self, session_id: str) -> SessionHeader:
         """The session's header. Raises ``SessionNotFound``, ``CorruptStore``."""
         stored = await self._read(session_id, 0, limit=0)
-        return _decode_header(session_id, stored.header)
+        return decode_header(session_id, stored.header)
 
     async def read_since(self, session_id: str, since_seq: int = 0,
                          limit: int | None = None) -> list[Event]:
@@ -278,12 +260,7 @@ class SqliteEventStore(EventStore):
         """The stored log replayed through the core, read-only: no seed marker, no
         repair, no epoch bump. Raises ``SessionNotFound``, ``CorruptStore`` (naming
         the session and seq of the first row that cannot be decoded or breaks a rule)."""
-        stored = await self._read(session_id, 0)
-        header, events = self._decode(session_id, stored)
-        try:
-            return replay(events, header)
-        except LogError as exc:
-            raise _corrupt(session_id, exc) from exc
+        return replay_stored(session_id, await self._read(session_id, 0))
 
     async def list_sessions(self) -> list[SessionInfo]:
         """Every stored session, ordered by id (``length`` = committed events)."""
@@ -320,7 +297,7 @@ class SqliteEventStore(EventStore):
             raise StoreError(f"{self.path}: {what} failed: {exc}") from exc
 
     async def _read(self, session_id: str, since_seq: int, *, limit: int = _NO_LIMIT,
-                    bump: bool = False) -> _StoredSession:
+                    bump: bool = False) -> StoredSession:
         self._check_open()
         what = f"{'open' if bump else 'read'} session {session_id!r}"
         stored = await self._run(
@@ -328,38 +305,6 @@ class SqliteEventStore(EventStore):
         if stored is None:
             raise SessionNotFound(f"session {session_id!r} is not stored")
         return stored
-
-    @staticmethod
-    def _decode(session_id: str, stored: _StoredSession
-                ) -> tuple[SessionHeader, list[Event]]:
-        header = _decode_header(session_id, stored.header)
-        events = decode_rows(session_id, stored.rows, 0)
-        if len(events) != stored.next_seq:
-            raise CorruptStore(f"session {session_id!r}: {len(events)} events are stored but "
-                               f"the session's next seq is {stored.next_seq}", session_id)
-        return header, events
-
-
-def _decode_header(session_id: str, text: str) -> SessionHeader:
-    try:
-        value = _ANY.decode(text)
-        if not isinstance(value, dict):
-            raise CorruptStore(f"session {session_id!r}: stored header is not a JSON object",
-                               session_id)
-        header = header_from_json(value)
-    except (msgspec.DecodeError, LogError) as exc:
-        raise CorruptStore(f"session {session_id!r}: stored header cannot be read: {exc}",
-                           session_id) from exc
-    if header.id != session_id:
-        raise CorruptStore(f"session {session_id!r}: stored header names session "
-                           f"{header.id!r}", session_id)
-    return header
-
-
-def _corrupt(session_id: str, exc: LogError) -> CorruptStore:
-    seq = exc.seq if type(exc.seq) is int else None
-    return CorruptStore(f"session {session_id!r} seq {exc.seq}: stored log is invalid: {exc}",
-                        session_id, seq)
 
 
 __all__ = ["SqliteEventStore", "Synchronous"]

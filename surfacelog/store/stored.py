@@ -1,0 +1,99 @@
+"""A session as one read of the database returns it, and how it becomes live.
+
+``StoredSession`` is plain data: the header's JSON text, the writer epoch, the next seq
+and the event rows, all strings and integers. So it can cross processes cheaply: the
+journal actor reads it and the session actor that will serve the session decodes,
+validates and repairs it (``reopen``), instead of receiving a pickled ``Session``, which
+costs several times the read itself. The in-process store goes through the same
+functions, so both paths accept and refuse exactly the same stored logs.
+"""
+
+from __future__ import annotations
+
+from typing import Final, NamedTuple
+
+import msgspec
+
+from surfacelog.schema.errors import LogError
+from surfacelog.schema.events import Event
+from surfacelog.schema.header import SessionHeader, header_from_json
+from surfacelog.session import Session, interrupted_turn_closers, replay
+from surfacelog.store.base import CorruptStore
+from surfacelog.store.rows import StoredRow, decode_rows
+
+_ANY: Final = msgspec.json.Decoder()
+
+
+class StoredSession(NamedTuple):
+    """One consistent read of a session: ``epoch`` and ``next_seq`` as stored with the
+    rows, which are in seq order from ``since`` (0 for a whole session)."""
+
+    header: str
+    epoch: int
+    next_seq: int
+    rows: list[StoredRow]
+
+
+def decode_header(session_id: str, text: str) -> SessionHeader:
+    """The header of ``session_id`` from its stored JSON text. Raises ``CorruptStore``
+    when it cannot be read or names another session."""
+    try:
+        value = _ANY.decode(text)
+        if not isinstance(value, dict):
+            raise CorruptStore(f"session {session_id!r}: stored header is not a JSON object",
+                               session_id)
+        header = header_from_json(value)
+    except (msgspec.DecodeError, LogError) as exc:
+        raise CorruptStore(f"session {session_id!r}: stored header cannot be read: {exc}",
+                           session_id) from exc
+    if header.id != session_id:
+        raise CorruptStore(f"session {session_id!r}: stored header names session "
+                           f"{header.id!r}", session_id)
+    return header
+
+
+def decode_stored(session_id: str, stored: StoredSession) -> tuple[SessionHeader, list[Event]]:
+    """The header and every event of a whole-session read (decoded, not validated).
+    Raises ``CorruptStore`` for a row that cannot be decoded or is missing."""
+    header = decode_header(session_id, stored.header)
+    events = decode_rows(session_id, stored.rows, 0)
+    if len(events) != stored.next_seq:
+        raise CorruptStore(f"session {session_id!r}: {len(events)} events are stored but "
+                           f"the session's next seq is {stored.next_seq}", session_id)
+    return header, events
+
+
+def corrupt(session_id: str, exc: LogError) -> CorruptStore:
+    """The ``CorruptStore`` for a stored log that breaks the rule ``exc`` names."""
+    seq = exc.seq if type(exc.seq) is int else None
+    return CorruptStore(f"session {session_id!r} seq {exc.seq}: stored log is invalid: {exc}",
+                        session_id, seq)
+
+
+def replay_stored(session_id: str, stored: StoredSession) -> Session:
+    """The stored log replayed through the core, as stored: no seed marker, no repair.
+    Raises ``CorruptStore`` naming the session and seq of the first bad row or event."""
+    header, events = decode_stored(session_id, stored)
+    try:
+        return replay(events, header)
+    except LogError as exc:
+        raise corrupt(session_id, exc) from exc
+
+
+def reopen(session_id: str, stored: StoredSession) -> tuple[Session, tuple[Event, ...]]:
+    """The live session of a whole-session read, with what taking it for writing adds:
+    the seed marker (when the log has live events) and the closers of a turn a crash
+    left open. Returns the session and those added events, which the caller must store
+    (under ``stored.epoch``) before serving it. Raises ``CorruptStore``."""
+    header, events = decode_stored(session_id, stored)
+    try:
+        session = Session(events, header=header)
+        for closer in interrupted_turn_closers(session.log):
+            session.append_event(closer)
+    except LogError as exc:
+        raise corrupt(session_id, exc) from exc
+    return session, tuple(session.log[len(events):])
+
+
+__all__ = ["StoredSession", "corrupt", "decode_header", "decode_stored", "reopen",
+           "replay_stored"]
