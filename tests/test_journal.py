@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 import ray
+from sessiongen import build_session, open_turn
 from sessiongen import header as header_for
 
 from surfacelog.actors.journal import JournalActor, JournalStore
 from surfacelog.actors.protocol import EventsPayload
-from surfacelog.session import AppendSpec, Session
+from surfacelog.session import END_SEED, AppendSpec, Session
+from surfacelog.store.base import CorruptStore
+from surfacelog.store.sqlite import SqliteEventStore
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 
@@ -152,3 +156,71 @@ async def test_writes_survive_a_journal_crash(tmp_path: Path, when: str,
     assert (tmp_path / "crashed").exists()  # the crash did happen
     assert await store.read_since("crash", 0, None) == session.log
     await store.close()
+
+
+async def _both_stores(path: Path) -> tuple[Any, JournalStore]:
+    journal = ray.remote(JournalActor).remote(str(path), {})
+    return journal, JournalStore(journal, ship_delay_s=0.0)
+
+
+async def test_opening_through_the_journal_matches_opening_in_process(tmp_path: Path
+                                                                      ) -> None:
+    """A session actor decodes, validates and repairs the rows the journal read: the
+    same session, the same repair stored durably, the same epoch bump as in process."""
+    path = tmp_path / "open.db"
+    crashed = build_session("crashed", 2)
+    open_turn(crashed, 3)  # a turn left open by a crash
+    store = await SqliteEventStore.open(path)
+    await store.create(header_for("crashed"), list(crashed.log))
+    await store.close()
+    journal, remote = await _both_stores(path)
+    loaded = await remote.load("crashed")
+    assert loaded.log == crashed.log
+    opened = await remote.open_session("crashed")
+    assert opened.epoch == 2
+    repaired = [e.type for e in opened.repaired]
+    assert repaired[0] == END_SEED and repaired[-1] == "turn/end"
+    assert opened.session.log[:len(crashed.log)] == crashed.log
+    assert await remote.read_since("crashed", 0, None) == opened.session.log
+    created = await remote.open_or_create(header_for("new"))
+    assert (created.epoch, len(created.session), created.repaired) == (1, 0, ())
+    again = await remote.open_or_create(header_for("crashed"))
+    assert again.epoch == 3 and again.session.log[:len(opened.session.log)] == \
+        opened.session.log
+    await remote.close()
+    await journal.close.remote()
+    ray.kill(journal)
+    store = await SqliteEventStore.open(path)
+    try:
+        in_process = await store.open_session("crashed")
+        assert list(in_process.session.log) == [*again.session.log, *in_process.repaired]
+    finally:
+        await store.close()
+
+
+async def test_a_corrupt_session_is_refused_the_same_way_through_the_journal(
+        tmp_path: Path) -> None:
+    path = tmp_path / "corrupt.db"
+    store = await SqliteEventStore.open(path)
+    await store.create(header_for("c"), list(build_session("c", 2).log))
+    await store.close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("UPDATE events SET data = '{not json' WHERE session_id = 'c' AND seq = 7")
+    conn.close()
+    store = await SqliteEventStore.open(path)
+    try:
+        with pytest.raises(CorruptStore) as local:
+            await store.load("c")
+    finally:
+        await store.close()
+    journal, remote = await _both_stores(path)
+    try:
+        for call in (remote.load, remote.open_session,
+                     lambda sid: remote.open_or_create(header_for(sid))):
+            with pytest.raises(CorruptStore) as got:
+                await call("c")
+            assert str(got.value) == str(local.value)
+            assert (got.value.session_id, got.value.seq) == ("c", 7)
+    finally:
+        await remote.close()
+        ray.kill(journal)
