@@ -15,7 +15,9 @@ directory. Measures:
    the same batches, and vs the wire's serialisation alone (target >= 100k events/s);
    again with the caller reading every returned event (the client makes them on first
    use, from its own request);
-3. ``derive_messages`` latency through Ray at 1k and 100k events vs a no-op call;
+3. ``derive_messages`` latency through Ray at 1k and 100k events vs a no-op call; and
+   activating that session again from the store (passivated, then a ``surface()``
+   request) vs the in-process ``SqliteEventStore.load`` of it (read, decode, validate);
 4. activation time (vs a no-op call, or vs starting an empty actor) and memory (USS,
    from ``host_stats``) per session, ``dedicated`` and ``packed``, vs an empty actor's
    USS;
@@ -375,8 +377,37 @@ async def bench_derive(tmp: str, report: Report, sizes: Sequence[int] = (1_000, 
             report.add(Result("3", f"derive_messages at {length:,} events",
                               _median_us(derives), "us", "no-op call (ping)",
                               _median_us(pings), note=f"{messages:,} messages returned"))
+            await bench_reactivation(host, handle, report, length,
+                                     reps=3 if size > 10_000 else 10)
     finally:
         drop_host(host)
+
+
+async def bench_reactivation(host: Host, handle: Any, report: Report, length: int,
+                             reps: int) -> None:
+    """Passivate the session and time the request that activates it again (journal
+    read, rows to the session actor, decode, validate, seed marker) beside the
+    in-process ``load`` of the same file, alternating."""
+    from surfacelog.store.sqlite import SqliteEventStore
+
+    await handle.flush()
+    activations, loads = [], []
+    for _ in range(reps):
+        await handle.passivate()
+        t0 = time.perf_counter()
+        await handle.surface()
+        activations.append(time.perf_counter() - t0)
+        store = await SqliteEventStore.open(host.db, create=False)
+        try:
+            t0 = time.perf_counter()
+            await store.load(handle.session_id)
+            loads.append(time.perf_counter() - t0)
+        finally:
+            await store.close()
+    report.add(Result("3", f"activation of a stored session of {length:,} events",
+                      statistics.median(activations) * 1000, "ms",
+                      "in-process SqliteEventStore.load", statistics.median(loads) * 1000,
+                      note=f"passivated, then surface(); median of {reps}"))
 
 
 # -- 4/5. activation and memory --------------------------------------------------------------
