@@ -396,6 +396,7 @@ async def test_a_resend_of_a_stored_batch_counts_as_written(tmp_path: Path) -> N
         with pytest.raises(SeqMismatch, match="stored next seq is 8"):
             await store.append("r", events[5:8], epoch=epoch)  # not marked: refused
         assert await store.read_since("r") == events[:8]
+        assert store.stats()["events"] == 8  # a resend found stored writes nothing
         other = await SqliteEventStore.open(path)
         try:
             opened = await other.open_session("r")  # a newer writer takes the session

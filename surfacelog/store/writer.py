@@ -72,9 +72,11 @@ class PendingBatch:
     """A queued batch: its rows, where it must go, and who waits for it. With
     ``create``, the batch creates its session (writer epoch 1) and holds its first
     events, if any. With ``resend``, the batch may already be stored (see
-    ``GroupWriter.submit``)."""
+    ``GroupWriter.submit``). ``written``: its rows went into the last transaction that
+    tried it (false for a resend found already stored)."""
 
-    __slots__ = ("batch", "create", "epoch", "id", "resend", "session_id", "waiter")
+    __slots__ = ("batch", "create", "epoch", "id", "resend", "session_id", "waiter",
+                 "written")
 
     def __init__(self, id: int, session_id: str, epoch: int, batch: EncodedBatch,
                  waiter: asyncio.Future[None] | None,
@@ -86,6 +88,7 @@ class PendingBatch:
         self.waiter = waiter
         self.create = create
         self.resend = resend
+        self.written = False
 
 
 class WriterStats(Struct, frozen=True):
@@ -135,6 +138,7 @@ def _row_error(item: PendingBatch, exc: Exception) -> StoreError:
 
 def _write_batch(conn: sqlite3.Connection, item: PendingBatch) -> StoreError | None:
     batch = item.batch
+    item.written = False
     conn.execute("SAVEPOINT batch")
     try:
         if item.create is not None:
@@ -148,6 +152,7 @@ def _write_batch(conn: sqlite3.Connection, item: PendingBatch) -> StoreError | N
             outcome = None if write else _refusal(conn, item)
         if write and batch.rows:
             insert_rows(conn, batch.rows)
+        item.written = write
     except _ROW_ERRORS as exc:
         conn.execute("ROLLBACK TO batch")
         outcome = _row_error(item, exc)
@@ -370,8 +375,9 @@ class GroupWriter:
             self._queue.popleft()
             self._queued_events -= len(item.batch.rows)
             if outcome is None:
-                self._batches += 1
-                self._events += len(item.batch.rows)
+                if item.written:
+                    self._batches += 1
+                    self._events += len(item.batch.rows)
                 if item.waiter is not None and not item.waiter.done():
                     item.waiter.set_result(None)
             elif item.waiter is not None:
