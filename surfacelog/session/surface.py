@@ -56,6 +56,17 @@ def _new_undo(position: int, removed: list[int], was_replace: bool) -> _Undo:
 
 
 _NOT_A_NODE = _new_undo(-1, [], False)
+
+
+def _plain_envelope(event: Event, seq: int) -> bool:
+    """True when ``event`` is the next event at ``seq`` with an envelope that needs no
+    further look: integer seq and time (in the safe range), and no ``surfaceOp``,
+    ``sourceEventSeqs`` or ``ignorable``. The fast paths of ``plan`` and ``fold_batch``
+    share this test, so they cannot drift apart."""
+    t = event.time
+    return (event.seq == seq and type(event.seq) is int and type(t) is int
+            and -MAX_SAFE_INT <= t <= MAX_SAFE_INT and event.surface_op is UNSET
+            and event.source_event_seqs is UNSET and event.ignorable is UNSET)
 """The undo entry of an event that is not a surface node (nothing to undo)."""
 
 
@@ -105,11 +116,8 @@ class SurfaceManager:
         ``SurfaceError`` for the first rule broken. ``payload_checked``: the payload of
         this log-only event was already found valid (``shapes.payloads_valid``).
         """
-        seq, etype, t = event.seq, event.type, event.time
-        if (seq == self._synced and type(seq) is int and type(t) is int
-                and type(etype) is str and event.surface_op is UNSET
-                and event.source_event_seqs is UNSET and event.ignorable is UNSET
-                and -MAX_SAFE_INT <= t <= MAX_SAFE_INT):
+        etype = event.type
+        if _plain_envelope(event, self._synced) and type(etype) is str:
             spec = EVENT_TYPES.get(etype)
             if spec is not None and not spec.eligible:
                 # Most events (chunks, steps, tool calls) are registered log-only events
@@ -117,7 +125,7 @@ class SurfaceManager:
                 # test above, so only the payload is left to check.
                 if not payload_checked:
                     shapes.check_payload(event)
-                plan = tuple.__new__(SurfacePlan, (seq, False, -1, -1))
+                plan = tuple.__new__(SurfacePlan, (event.seq, False, -1, -1))
                 self._planned, self._planned_event = plan, event
                 return plan
         shapes.check_contiguity(event, self._synced)
@@ -215,16 +223,9 @@ class SurfaceManager:
         total, k = len(events), 0
         while k < total:
             run_start, seq = k, self._synced
-            while k < total:
-                event = events[k]
-                t = event.time
-                # ``checked`` already means a registered log-only type with a valid
-                # payload: the envelope is all that is left to look at.
-                if not (checked[k] and event.seq == seq and type(event.seq) is int
-                        and type(t) is int and -MAX_SAFE_INT <= t <= MAX_SAFE_INT
-                        and event.surface_op is UNSET and event.source_event_seqs is UNSET
-                        and event.ignorable is UNSET):
-                    break
+            # ``checked`` already means a registered log-only type with a valid payload:
+            # the envelope is all that is left to look at.
+            while k < total and checked[k] and _plain_envelope(events[k], seq):
                 k += 1
                 seq += 1
             if k > run_start:
