@@ -30,8 +30,8 @@ from ray.exceptions import RayActorError
 from surfacelog.actors.client import Host, connect
 from surfacelog.actors.compactor import CompactorStats, RemoteCompactor, RemotePruner
 from surfacelog.actors.driver import DriverProgress, RemoteDriver
-from surfacelog.actors.protocol import Durability, Placement
-from surfacelog.actors.retry import Backoff
+from surfacelog.actors.protocol import Durability, Placement, failure_line
+from surfacelog.actors.retry import Backoff, through_restarts
 from surfacelog.actors.script import ScriptConfig
 from surfacelog.session.digest import SessionDigest, digest
 from surfacelog.store.base import StoreError
@@ -90,7 +90,8 @@ class RunResult:
     journal: dict[str, Any] = field(default_factory=dict)
     actor_kills: int = 0
     write_failures: list[str] = field(default_factory=list)
-    """Buffered writes found failed at the end (``session: error``)."""
+    """Writes found failed by the final flushes (``failure_line``); with durable
+    durability each one fails verification."""
 
     def report(self) -> dict[str, Any]:
         """The report as one JSON-ready object."""
@@ -162,7 +163,7 @@ async def flush_sessions(host: Host, ids: list[str]) -> list[str]:
         try:
             await host.session(sid).flush()
         except (StoreError, RayActorError) as exc:
-            return f"{sid}: {type(exc).__name__}: {exc}"
+            return failure_line(sid, exc)
         return None
     return [line for line in await asyncio.gather(*(one(s) for s in ids)) if line]
 
@@ -332,27 +333,20 @@ RESTART_WAIT_S = 60.0
 """How long the chaos waits for a killed actor to serve again."""
 
 
-async def _serving_pid(actor: Any, backoff: Backoff) -> int:
-    while True:
-        try:
-            pid: int = await actor.pid.remote()
-            return pid
-        except RayActorError:
-            if backoff.exhausted():
-                raise
-            await backoff.wait()
-
-
 async def kill_and_await_restart(actor: Any) -> None:
     """Kill ``actor`` as a crash would (Ray restarts it) and return once a new process
     serves it. ``ray.kill`` only sends the kill: a call made right after it may still
     be served by the old process. Raises ``RayActorError`` when the actor does not
     serve again within ``RESTART_WAIT_S``, ``TimeoutError`` when the old process
     still serves it then."""
-    backoff = Backoff(RESTART_WAIT_S)
-    before = await _serving_pid(actor, backoff)
+    async def serving_pid() -> int:
+        pid: int = await through_restarts(lambda _again: actor.pid.remote(), RESTART_WAIT_S)
+        return pid
+
+    before = await serving_pid()
     ray.kill(actor, no_restart=False)
-    while await _serving_pid(actor, backoff) == before:
+    backoff = Backoff(RESTART_WAIT_S)
+    while await serving_pid() == before:
         if backoff.exhausted():
             raise TimeoutError(f"actor still served by process {before} after the kill")
         await backoff.wait()

@@ -38,6 +38,7 @@ from surfacelog.actors.protocol import (
     decode_events,
     decode_messages,
     encode_append,
+    failure_line,
 )
 from surfacelog.actors.retry import Backoff
 from surfacelog.actors.session_actor import RemoteSessionHost
@@ -151,7 +152,7 @@ class Host:
             await flush_journal(self.journal)
         except (RayActorError, RayTaskError) as exc:
             error = _unwrap(exc) if isinstance(exc, RayTaskError) else exc
-            failures.append(f"(journal flush): {type(error).__name__}: {error}")
+            failures.append(failure_line("(journal flush)", error))
         return failures
 
     async def flush(self) -> None:

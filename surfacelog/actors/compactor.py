@@ -25,7 +25,7 @@ from surfacelog.actors.policy import (
     extractive_summary,
     prune_requests,
 )
-from surfacelog.actors.protocol import Conflict, Durability, Placement
+from surfacelog.actors.protocol import Conflict, Durability, Placement, failure_line
 from surfacelog.schema.events import Event
 
 Blocks = list[dict[str, Any]]
@@ -139,7 +139,7 @@ class _Watcher:
                     await self._compactor.compact(handle)
             except Exception as exc:  # counted and reported; the watcher keeps going
                 self._compactor.stats.errors += 1
-                self._compactor.stats.last_error = f"{sid}: {type(exc).__name__}: {exc}"
+                self._compactor.stats.last_error = failure_line(sid, exc)
         self._compactor.stats.passes += 1
         return self._compactor.stats
 

@@ -84,13 +84,20 @@ class SessionDriver:
         self.turn_seq: int | None = None
 
     async def _resync(self) -> int:
+        """Take the log's length as the next seq. Acknowledged events the log no longer
+        holds (buffered writes lost with a crashed actor or a failed flush) are counted
+        in ``lost``; returns how many."""
+        acknowledged = self.next_seq
         snap = await self.handle.surface()
         self.next_seq = snap.length
-        return snap.length
+        missing = max(0, acknowledged - snap.length)
+        self.progress.lost += missing
+        return missing
 
     async def _last_turn(self) -> int:
         """The number of the log's last turn (0 for none), reading back from the tail."""
-        end = await self._resync()
+        await self._resync()
+        end = self.next_seq
         while end > 0:
             start = max(0, end - 256)
             for event in reversed(await self.handle.events(start, end - start)):
@@ -133,13 +140,9 @@ class SessionDriver:
         """Resync the tail; raise ``TurnInterrupted`` when crash repair closed our turn,
         or when the log no longer holds everything it acknowledged (buffered writes lost
         with a crashed actor: the turn cannot go on citing them)."""
-        acknowledged = self.next_seq
-        length = await self._resync()
-        if length < acknowledged:
-            self.progress.lost += acknowledged - length
-            if self.turn_seq is not None:
-                raise TurnInterrupted(f"{acknowledged - length} acknowledged events are "
-                                      "no longer in the log")
+        missing = await self._resync()
+        if missing and self.turn_seq is not None:
+            raise TurnInterrupted(f"{missing} acknowledged events are no longer in the log")
         if self.turn_seq is None:
             return
         for event in await self.handle.events(self.turn_seq):
@@ -187,10 +190,9 @@ class SessionDriver:
         try:
             await self.handle.flush()
         except (StoreError, RayActorError):
-            # A buffered write failed after it was acknowledged (its actor or journal
-            # died): the session reloads from the store; count what it lost.
-            acknowledged = self.next_seq
-            self.progress.lost += max(0, acknowledged - await self._resync())
+            # A buffered write failed after it was acknowledged: the session reloads
+            # from the store; resyncing counts what it lost.
+            await self._resync()
         self.progress.finished += 1
 
 

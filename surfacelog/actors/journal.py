@@ -27,7 +27,6 @@ from functools import partial
 from typing import Any, TypeVar
 
 import ray
-from ray.exceptions import RayActorError
 
 from surfacelog.actors.protocol import (
     EventsPayload,
@@ -36,7 +35,7 @@ from surfacelog.actors.protocol import (
     encode_events,
     encode_stored,
 )
-from surfacelog.actors.retry import Backoff
+from surfacelog.actors.retry import through_restarts
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session.session import Session
@@ -57,32 +56,23 @@ down instead of filling the session actor's memory."""
 
 
 JOURNAL_RESTART_S = 30.0
-"""How long a flush waits for a journal that Ray is restarting."""
+"""How long a write or a flush waits for a journal that Ray is restarting."""
 
 
 async def flush_journal(journal: Any) -> None:
     """``journal.flush``, sent again while the journal is restarting (a flush is a
     barrier: sending it twice is harmless). Raises the last ``RayActorError`` after
     ``JOURNAL_RESTART_S``, and the journal's own errors at once."""
-    await _resending(lambda _resend: journal.flush.remote())
+    await through_restarts(lambda _resend: journal.flush.remote(), JOURNAL_RESTART_S)
 
 
 async def _resending(send: Callable[[bool], Awaitable[T]]) -> T:
-    """``send(False)``; while the journal is dead or restarting, ``send(True)`` again
-    until it answers. A write sent to a journal that died has an unknown outcome, and a
-    resend settles it: the restarted journal takes a batch it already committed as
-    written (same epoch, seqs stored) and commits one it lost. Raises the last
-    ``RayActorError`` after ``JOURNAL_RESTART_S``, and the journal's own errors at once."""
-    backoff = Backoff(JOURNAL_RESTART_S)
-    resend = False
-    while True:
-        try:
-            return await send(resend)
-        except RayActorError:
-            if backoff.exhausted():
-                raise
-        resend = True
-        await backoff.wait()
+    """A write to the journal, sent again while it is dead or restarting. A write sent
+    to a journal that died has an unknown outcome, and the resend (``send(True)``)
+    settles it: the restarted journal takes a batch it already committed as written
+    (same epoch, seqs stored) and commits one it lost. Raises the last ``RayActorError``
+    after ``JOURNAL_RESTART_S``, and the journal's own errors at once."""
+    return await through_restarts(send, JOURNAL_RESTART_S)
 
 
 def db_key(db: str) -> str:

@@ -46,7 +46,7 @@ copyreg.pickle(UnsetType, _reduce_unset)
 # -- the wire -------------------------------------------------------------------------
 
 _SPECS_ENCODER: Final = msgspec.json.Encoder()
-_EVENTS_ENCODER: Final = msgspec.msgpack.Encoder()
+_MSGPACK_ENCODER: Final = msgspec.msgpack.Encoder()
 _EVENTS_DECODER: Final = msgspec.msgpack.Decoder(list[Event])
 
 EventsPayload = bytes | list[Event]
@@ -60,7 +60,7 @@ _STORED_DECODER: Final = msgspec.msgpack.Decoder(StoredSession)
 def encode_stored(stored: StoredSession) -> bytes:
     """A whole-session read as the journal sends it to a session actor: rows of strings
     and integers (SQLite's), which msgpack carries exactly."""
-    return _EVENTS_ENCODER.encode(stored)
+    return _MSGPACK_ENCODER.encode(stored)
 
 
 def decode_stored(payload: bytes) -> StoredSession:
@@ -129,7 +129,7 @@ def decode_append(payload: bytes) -> AppendRequest:
 def encode_events(events: list[Event]) -> EventsPayload:
     """Logged events for ``decode_events``."""
     try:
-        return _EVENTS_ENCODER.encode(events)
+        return _MSGPACK_ENCODER.encode(events)
     except (TypeError, OverflowError, msgspec.EncodeError):
         return events
 
@@ -155,7 +155,7 @@ def append_reply(events: list[Event], appended: bool) -> AppendReply:
     """The reply to an append request that logged ``events`` (``appended``: just now,
     built from the request's specs; else found in the log)."""
     if appended and events:
-        return _EVENTS_ENCODER.encode(AppendAck(events[0].seq, events[0].time))
+        return _MSGPACK_ENCODER.encode(AppendAck(events[0].seq, events[0].time))
     return encode_events(events)
 
 
@@ -251,7 +251,7 @@ _VALUES_DECODER: Final = msgspec.msgpack.Decoder()
 def encode_messages(messages: list[dict[str, Any]]) -> MessagesPayload:
     """Derived messages (JSON values) for ``decode_messages``."""
     try:
-        return _EVENTS_ENCODER.encode(messages)
+        return _MSGPACK_ENCODER.encode(messages)
     except (TypeError, OverflowError, msgspec.EncodeError):
         return messages
 
@@ -338,6 +338,13 @@ class SessionStats(Struct, frozen=True):
     last_activity_ms: int
     activation_ms: float
     pid: int
+
+
+def failure_line(subject: str, exc: BaseException) -> str:
+    """How a failure is reported in lists of them (write failures, failed
+    passivations): ``subject: ErrorClass: message``; the subject is a session id or,
+    for the journal, ``(journal flush)``."""
+    return f"{subject}: {type(exc).__name__}: {exc}"
 
 
 class HostStats(Struct, frozen=True):

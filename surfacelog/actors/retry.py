@@ -1,9 +1,15 @@
 """Waiting out a Ray actor that died or is restarting: exponential backoff within a time
-budget, shared by the session handles and the journal flush."""
+budget, shared by the session handles, the journal's writers and the load run's chaos."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from ray.exceptions import RayActorError
+
+T = TypeVar("T")
 
 FIRST_DELAY_S = 0.05
 MAX_DELAY_S = 1.0
@@ -27,3 +33,19 @@ class Backoff:
         """Sleep the next delay (call after ``exhausted`` said no)."""
         await asyncio.sleep(self._delay)
         self._delay = min(self._delay * 2, MAX_DELAY_S)
+
+
+async def through_restarts(send: Callable[[bool], Awaitable[T]], budget_s: float) -> T:
+    """``send(False)``; while its actor is dead or restarting, ``send(True)`` again (the
+    flag tells a resend apart) with backoff until it answers. Raises the last
+    ``RayActorError`` after ``budget_s``, and any other error at once."""
+    backoff = Backoff(budget_s)
+    again = False
+    while True:
+        try:
+            return await send(again)
+        except RayActorError:
+            if backoff.exhausted():
+                raise
+        again = True
+        await backoff.wait()

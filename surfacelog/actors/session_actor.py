@@ -36,6 +36,7 @@ from surfacelog.actors.protocol import (
     decode_append,
     encode_events,
     encode_messages,
+    failure_line,
 )
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
@@ -144,8 +145,7 @@ class SessionHostActor:
                     try:
                         await host.passivate()
                     except Exception as exc:  # the host is closed regardless
-                        self._failed_passivations.append(f"{sid}: {type(exc).__name__}: "
-                                                         f"{exc}")
+                        self._failed_passivations.append(failure_line(sid, exc))
                         del self._failed_passivations[:-20]
                     if self._hosts.get(sid) is host:
                         del self._hosts[sid]
@@ -256,11 +256,11 @@ class SessionHostActor:
             try:
                 await self.passivate(sid)
             except Exception as exc:  # reported to the caller, per session
-                failures.append(f"{sid}: {type(exc).__name__}: {exc}")
+                failures.append(failure_line(sid, exc))
         try:
             await self._store.flush()
         except Exception as exc:  # the journal itself: reported the same way
-            failures.append(f"(journal flush): {type(exc).__name__}: {exc}")
+            failures.append(failure_line("(journal flush)", exc))
         return failures
 
 
