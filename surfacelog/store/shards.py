@@ -1,0 +1,154 @@
+"""Shards: where each session lives when a deployment has more than one database file.
+
+A shard is one SQLite file with exactly one writer, pinned to the node whose disk holds
+the file by a Ray custom resource that only that node offers. The shard list is
+configuration (``ShardMap``, read from JSON with ``load_shard_map``), never code.
+
+Routing is rendezvous hashing over shard names: every shard scores the session id, and
+the shards in descending score order are the id's *preference order*. A new session is
+created on the first shard of that order; an existing one is found on the first shard of
+that order that holds it. Adding a shard moves only the ids it wins (about 1/S of new
+ids), and the ids already stored elsewhere stay reachable, because lookup walks the
+order. An id never exists on two shards: creation happens only after every shard ranked
+above the home has said it does not hold the id, and the home is the same for every
+client with the same shard list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+DEFAULT_SHARD: Final = "default"
+"""The name of the one shard of the embedded default (``./surfacelog.db``)."""
+
+RESOURCE_PREFIX: Final = "surfacelog_shard_"
+"""A shard's custom resource is this prefix and its name, unless configured."""
+
+MAX_SHARD_CONFIG_BYTES: Final = 1 << 20
+"""A shard configuration file larger than this is refused unread."""
+
+_NAME: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+
+
+class ShardConfigError(ValueError):
+    """A shard configuration is malformed: names the file, the shard and the rule."""
+
+
+class Shard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One shard: a name (lowercase letters, digits, ``-`` and ``_``, at most 32), the
+    path of its SQLite file on the node that holds it, and the Ray custom resource that
+    pins its writer there (``None``: no pinning, for one-node deployments)."""
+
+    name: str
+    path: str
+    resource: str | None = None
+
+    @property
+    def pin(self) -> dict[str, float]:
+        """Ray ``resources=`` that place an actor on this shard's node (a sliver of the
+        resource, so any number of actors fit)."""
+        return {} if self.resource is None else {self.resource: 0.001}
+
+
+class ShardMap(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The shards of a deployment, in configuration order."""
+
+    shards: tuple[Shard, ...]
+
+    def __post_init__(self) -> None:
+        _check(self.shards, "shard map")
+
+    @classmethod
+    def single(cls, path: str | os.PathLike[str] = "surfacelog.db") -> ShardMap:
+        """The embedded default: one unpinned shard named ``default``."""
+        return cls((Shard(DEFAULT_SHARD, os.path.abspath(path)),))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.shards)
+
+    def get(self, name: str) -> Shard:
+        """The shard called ``name``. Raises ``KeyError``."""
+        for shard in self.shards:
+            if shard.name == name:
+                return shard
+        raise KeyError(name)
+
+    def preference(self, session_id: str) -> list[Shard]:
+        """The shards in rendezvous order for ``session_id``: its home first."""
+        return sorted(self.shards, key=lambda s: _score(s.name, session_id), reverse=True)
+
+    def home(self, session_id: str) -> Shard:
+        """Where a new session ``session_id`` is created."""
+        return max(self.shards, key=lambda s: _score(s.name, session_id))
+
+
+def _score(shard: str, session_id: str) -> int:
+    # A keyed hash of both names: stable across processes and Python versions (unlike
+    # hash()), and uniform enough that every shard wins ~1/S of the ids.
+    digest = hashlib.blake2b(session_id.encode("utf-8", "surrogatepass"), digest_size=8,
+                             key=shard.encode()).digest()
+    return int.from_bytes(digest, "big")
+
+
+def _check(shards: Sequence[Shard], where: str) -> None:
+    if not shards:
+        raise ShardConfigError(f"{where}: no shards")
+    seen_names: set[str] = set()
+    seen_paths: set[str] = set()
+    for shard in shards:
+        if not _NAME.fullmatch(shard.name):
+            raise ShardConfigError(
+                f"{where}: shard name {shard.name!r} must be 1-32 of a-z, 0-9, '-', '_'"
+                " starting with a letter or digit")
+        if shard.name in seen_names:
+            raise ShardConfigError(f"{where}: shard {shard.name!r} is listed twice")
+        if not shard.path:
+            raise ShardConfigError(f"{where}: shard {shard.name!r} has an empty path")
+        if shard.path in seen_paths:
+            raise ShardConfigError(f"{where}: shard {shard.name!r} shares its path "
+                                   f"{shard.path!r} with another shard")
+        if shard.resource is not None and not shard.resource:
+            raise ShardConfigError(f"{where}: shard {shard.name!r} has an empty resource")
+        seen_names.add(shard.name)
+        seen_paths.add(shard.path)
+
+
+def default_resource(name: str) -> str:
+    """The custom resource of shard ``name`` when the configuration names none."""
+    return RESOURCE_PREFIX + name
+
+
+def load_shard_map(path: str | os.PathLike[str]) -> ShardMap:
+    """Read a shard configuration file: ``{"shards": [{"name": ..., "path": ...,
+    "resource": ...}, ...]}`` (JSON). Relative paths are taken from the file's folder.
+    Raises ``ShardConfigError`` naming the file and what is wrong, ``OSError`` when it
+    cannot be read."""
+    file = Path(path)
+    with file.open("rb") as f:
+        raw = f.read(MAX_SHARD_CONFIG_BYTES + 1)
+    if len(raw) > MAX_SHARD_CONFIG_BYTES:
+        raise ShardConfigError(f"{file}: larger than {MAX_SHARD_CONFIG_BYTES} bytes")
+    try:
+        loaded = msgspec.json.decode(raw, type=ShardMap)
+    except msgspec.ValidationError as exc:
+        raise ShardConfigError(f"{file}: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise ShardConfigError(f"{file}: not JSON: {exc}") from exc
+    except ShardConfigError as exc:
+        raise ShardConfigError(f"{file}: {exc}") from exc
+    base = file.parent
+    return ShardMap(tuple(
+        Shard(s.name, str(s.path if os.path.isabs(s.path) else (base / s.path).resolve()),
+              s.resource) for s in loaded.shards))
+
+
+__all__ = ["DEFAULT_SHARD", "Shard", "ShardConfigError", "ShardMap", "default_resource",
+           "load_shard_map"]
