@@ -31,6 +31,7 @@ from surfacelog.session.surface import (
     SurfacePlan,
     fold_surface,
 )
+from surfacelog.session.turns import last_turn_boundary, open_turn, open_turn_start
 
 __all__ = [
     "END_SEED",
@@ -56,7 +57,10 @@ __all__ = [
     "is_replacement_surface_event",
     "is_surface_eligible_type",
     "is_surface_event",
+    "last_turn_boundary",
     "now_ms",
+    "open_turn",
+    "open_turn_start",
     "project",
     "replay",
     "upgrade_legacy",
