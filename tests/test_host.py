@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 
 from surfacelog.actors.host import RELOAD, SessionHost
-from surfacelog.actors.policy import (
+from surfacelog.actors.protocol import CompactionRequest, Conflict, SessionUnavailable
+from surfacelog.actors.script import AgentScript, ScriptConfig
+from surfacelog.schema.errors import SurfaceError
+from surfacelog.schema.events import Event
+from surfacelog.session import AppendSpec, replay
+from surfacelog.session.compaction_policy import (
     SUMMARY_NOT_SMALLER,
     choose_range,
     compaction_request,
@@ -18,11 +23,6 @@ from surfacelog.actors.policy import (
     prune_requests,
     safe_cuts,
 )
-from surfacelog.actors.protocol import CompactionRequest, Conflict, SessionUnavailable
-from surfacelog.actors.script import AgentScript, ScriptConfig
-from surfacelog.schema.errors import SurfaceError
-from surfacelog.schema.events import Event
-from surfacelog.session import AppendSpec, replay
 from surfacelog.store.base import CommitFailed, WriterFenced
 from surfacelog.store.sqlite import SqliteEventStore
 

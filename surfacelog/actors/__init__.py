@@ -1,6 +1,7 @@
 """Ray actors: session hosts, the journal, compaction and pruning, the agent-loop driver.
 
-This layer composes the core and the store inside Ray; it adds no surface rules.
+This layer composes the core and the store inside Ray; it adds no surface rules
+(compaction and pruning included: those are ``surfacelog.session.compaction``).
 """
 
 from surfacelog.actors.client import Host, SessionHandle, connect

@@ -1,10 +1,11 @@
 """Compaction and pruning actors.
 
 ``Compactor`` is the loop logic over session handles (no Ray of its own): read the
-surface, decide with ``policy``, summarise with a pluggable (sync or async) summariser,
-send the replace request, and on ``Conflict`` read again and retry, a bounded number of
-times. ``CompactionActor`` and ``PrunerActor`` run it inside Ray, on demand
-(``run_once``) or watching the sessions they were asked to manage (``start``).
+surface, decide with the core's ``compaction_policy``, summarise with a pluggable (sync
+or async) summariser, send the replace request, and on ``Conflict`` read again and
+retry, a bounded number of times. ``CompactionActor`` and ``PrunerActor`` run it inside
+Ray, on demand (``run_once``) or watching the sessions they were asked to manage
+(``start``).
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ import msgspec
 import ray
 
 from surfacelog.actors.client import Host, SessionHandle, connect
-from surfacelog.actors.policy import (
+from surfacelog.actors.protocol import Conflict, Durability, Placement, failure_line
+from surfacelog.schema.events import Event
+from surfacelog.session.compaction_policy import (
     choose_range,
     compaction_request,
     extractive_summary,
     prune_requests,
 )
-from surfacelog.actors.protocol import Conflict, Durability, Placement, failure_line
-from surfacelog.schema.events import Event
 
 Blocks = list[dict[str, Any]]
 AnySummariser = Callable[[Sequence[Event]], "Blocks | Awaitable[Blocks]"]

@@ -28,6 +28,7 @@ from surfacelog.actors.protocol import (
 )
 from surfacelog.actors.script import AgentScript, ScriptConfig
 from surfacelog.session import AppendSpec
+from surfacelog.session.turns import last_turn_boundary
 from surfacelog.store.base import StoreError
 
 MAX_RESENDS = 50
@@ -100,10 +101,10 @@ class SessionDriver:
         end = self.next_seq
         while end > 0:
             start = max(0, end - 256)
-            for event in reversed(await self.handle.events(start, end - start)):
-                if event.type in ("turn/start", "turn/end"):
-                    turn: int = event.data["turn"]
-                    return turn
+            boundary = last_turn_boundary(await self.handle.events(start, end - start))
+            if boundary is not None:
+                turn: int = boundary.data["turn"]
+                return turn
             end = start
         return 0
 
@@ -137,17 +138,21 @@ class SessionDriver:
                            f"{MAX_RESENDS} resends")
 
     async def _check_turn_open(self) -> None:
-        """Resync the tail; raise ``TurnInterrupted`` when crash repair closed our turn,
-        or when the log no longer holds everything it acknowledged (buffered writes lost
-        with a crashed actor: the turn cannot go on citing them)."""
+        """Resync the tail; raise ``TurnInterrupted`` when our turn is no longer the one
+        the log is inside (crash repair closed it), or when the log no longer holds
+        everything it acknowledged (buffered writes lost with a crashed actor: the turn
+        cannot go on citing them)."""
         missing = await self._resync()
         if missing and self.turn_seq is not None:
             raise TurnInterrupted(f"{missing} acknowledged events are no longer in the log")
         if self.turn_seq is None:
             return
-        for event in await self.handle.events(self.turn_seq):
-            if event.type == "turn/end":
-                raise TurnInterrupted(f"turn closed at seq {event.seq}")
+        # Our turn goes on only while its turn/start is the log's last turn boundary.
+        boundary = last_turn_boundary(await self.handle.events(self.turn_seq))
+        if boundary is not None and boundary.seq != self.turn_seq:
+            raise TurnInterrupted(
+                f"turn closed at seq {boundary.seq}" if boundary.type == "turn/end"
+                else f"another turn opened at seq {boundary.seq}")
 
     async def run_turn(self, turn: int) -> None:
         script, cfg = self.script, self.script.config

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from msgspec import UNSET, to_builtins
@@ -27,7 +28,7 @@ from surfacelog.actors.protocol import (
     SessionStats,
     SessionUnavailable,
 )
-from surfacelog.schema.events import Event, ReplaceOp
+from surfacelog.schema.events import Event
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
 from surfacelog.session import (
     AppendSpec,
@@ -37,13 +38,16 @@ from surfacelog.session import (
     fork,
     now_ms,
 )
+from surfacelog.session.compaction import (
+    StaleRequest,
+    check_compaction,
+    check_prune,
+    compaction_specs,
+    prune_specs,
+)
 from surfacelog.session.fork import SESSION_ALREADY_EXISTS, ForkError
 from surfacelog.session.jsonvalue import json_equal
 from surfacelog.store.base import BadEvent, EventStore, SessionNotFound, WriterFenced
-
-CHECKPOINT_INTRO = ("Checkpoint: a condensed account of an earlier part of this "
-                    "conversation follows.\n\n<compacted-summary>")
-CHECKPOINT_OUTRO = "</compacted-summary>"
 
 
 def _same_event(session: Session, spec: AppendSpec, event: Event) -> bool:
@@ -183,33 +187,19 @@ class SessionHost:
             f"{length} events and they are not this request's")
 
     def turn_open(self) -> int | None:
-        """The number of the turn the log is inside, or ``None``."""
-        log = self.session.log
-        for k in range(len(log) - 1, -1, -1):
-            etype = log[k].type
-            if etype == "turn/end":
-                return None
-            if etype == "turn/start":
-                turn: int = log[k].data["turn"]
-                return turn
-        return None
+        """The number of the turn the log is inside, or ``None``
+        (``Session.open_turn``)."""
+        return self.session.open_turn()
 
-    def _check_current(self, generation: int, shadowed: Sequence[int]) -> None:
-        surface = self.session.surface
-        stale = generation != surface.replace_generation or not shadowed
-        if not stale:
-            nodes = surface.nodes
-            try:
-                i = nodes.index(shadowed[0])
-            except ValueError:
-                stale = True
-            else:
-                stale = list(nodes[i:i + len(shadowed)]) != list(shadowed)
-        if stale:
+    @contextmanager
+    def _stale_is_conflict(self) -> Iterator[None]:
+        """Raise the core's ``StaleRequest`` to callers as ``Conflict`` (the type they
+        catch), naming the session, and count it."""
+        try:
+            yield
+        except StaleRequest as exc:
             self.conflicts += 1
-            raise Conflict(
-                f"session {self.session_id!r}: request computed at generation {generation}"
-                f" is stale (now {surface.replace_generation}) or its range moved")
+            raise Conflict(f"session {self.session_id!r}: {exc}") from None
 
     async def compact(self, req: CompactionRequest) -> list[Event]:
         """Append a compaction (start, summary, checkpoint replacing ``req.shadowed``,
@@ -217,73 +207,23 @@ class SessionHost:
         (start, end with the error). Raises ``Conflict`` when stale."""
         async with self.lock:
             self._touch()
-            self._check_current(req.generation, req.shadowed)
-            cid, turn = req.compaction_id, self.turn_open()
-            specs = [AppendSpec("compaction/start", {"compactionId": cid, "turn": turn})]
-            if req.error is None:
-                base = len(self.session)
-                shadowed = list(req.shadowed)
-                specs.append(AppendSpec("compaction/summary", {
-                    "compactionId": cid,
-                    "summary": req.summary,
-                    "shadowedRange": {"start": shadowed[0], "end": shadowed[-1]},
-                    "shadowedSeqs": shadowed,
-                    "shadowedTokenCount": req.shadowed_token_count,
-                    "provider": req.provider,
-                    "model": req.model,
-                }))
-                specs.append(AppendSpec(
-                    "user/message",
-                    {
-                        "id": req.checkpoint_id,
-                        "role": "user",
-                        "source": {"kind": "plugin", "plugin": "compact", "compactionId": cid},
-                        "content": [{"type": "text", "text": CHECKPOINT_INTRO},
-                                    *req.summary,
-                                    {"type": "text", "text": CHECKPOINT_OUTRO}],
-                    },
-                    surface_op=ReplaceOp(start=shadowed[0], end=shadowed[-1]),
-                    source_event_seqs=(base, base + 1, *shadowed),
-                ))
-                specs.append(AppendSpec("compaction/end", {"compactionId": cid, "turn": turn}))
-            else:
-                specs.append(AppendSpec("compaction/end", {"compactionId": cid, "turn": turn,
-                                                           "error": req.error}))
-            events = await self._commit(specs)
+            with self._stale_is_conflict():
+                check_compaction(self.session, req)
+            events = await self._commit(compaction_specs(
+                req, at=len(self.session), turn=self.session.open_turn()))
             if req.error is None:
                 self.replaces += 1
             return events
 
     async def prune(self, req: PruneRequest) -> list[Event]:
         """Append ``compaction/prune`` and a content-only rewrite of the tool result at
-        ``req.target`` as one unit. Raises ``Conflict`` when stale."""
+        ``req.target`` as one unit. Raises ``Conflict`` when the target is no longer a
+        current tool result."""
         async with self.lock:
             self._touch()
-            # Any replace may have run since the pruner read the surface; what matters
-            # is that the target is still a current node.
-            if req.target not in self.session.surface.nodes:
-                self.conflicts += 1
-                raise Conflict(f"session {self.session_id!r}: seq {req.target} is no "
-                               "longer a surface node")
-            original = self.session.event(req.target)
-            if original.type != "tool/result":
-                raise Conflict(f"seq {req.target} is a {original.type}, not a tool/result")
-            base = len(self.session)
-            message = dict(original.data["message"])
-            block = {**message["content"][0], "content": req.content}
-            message["content"] = [block]
-            data: dict[str, Any] = {**original.data, "message": message}
-            specs = [
-                AppendSpec("compaction/prune", {
-                    "shadowedRange": {"start": req.target, "end": req.target},
-                    "shadowedSeqs": [req.target],
-                    "shadowedTokenCount": req.shadowed_token_count,
-                }),
-                AppendSpec("tool/result", data,
-                           surface_op=ReplaceOp(start=req.target, end=req.target),
-                           source_event_seqs=(base, req.target)),
-            ]
-            events = await self._commit(specs)
+            with self._stale_is_conflict():
+                target = check_prune(self.session, req)
+            events = await self._commit(prune_specs(target, req, at=len(self.session)))
             self.replaces += 1
             return events
 

@@ -10,6 +10,9 @@ anything else with cloudpickle, which calls back into Python for every struct an
 ``UNSET`` field; on the append path that cost more than the Ray call itself. For the
 same reason a session actor activates from the journal's read of the session as msgpack
 rows (``encode_stored``) and decodes and validates it itself.
+
+The replace requests (``CompactionRequest``, ``PruneRequest``) are the core's
+(``surfacelog.session.compaction``), re-exported here.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from msgspec import UNSET, Struct, UnsetType
 
 from surfacelog.schema.events import Event, ReplaceOp
 from surfacelog.session import AppendSpec, build_event
+from surfacelog.session.compaction import CompactionRequest as CompactionRequest
+from surfacelog.session.compaction import PruneRequest as PruneRequest
+from surfacelog.session.compaction import StaleRequest
 from surfacelog.session.gcpause import gc_paused
 from surfacelog.store.stored import StoredSession
 
@@ -277,10 +283,11 @@ Placement = Literal["dedicated", "packed"]
 Durability = Literal["durable", "buffered"]
 
 
-class Conflict(Exception):
+class Conflict(StaleRequest):
     """The request was computed from a state the session has left (a stale
     ``replace_generation``, or an ``expected_seq`` taken by other events). Nothing was
-    appended; re-read and retry."""
+    appended; re-read and retry. The session host raises the core's ``StaleRequest``
+    to callers as this."""
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), self.args)
@@ -292,35 +299,6 @@ class SessionUnavailable(Exception):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), self.args)
-
-
-class CompactionRequest(Struct, frozen=True):
-    """Replace ``shadowed`` (a contiguous run of current nodes) with a checkpoint.
-
-    ``generation`` and ``shadowed`` are what the compactor read; the session refuses the
-    request with ``Conflict`` when its surface moved on. With ``error`` set the session
-    records a failed compaction (start and end, no checkpoint).
-    """
-
-    compaction_id: str
-    generation: int
-    shadowed: tuple[int, ...]
-    summary: list[dict[str, Any]]
-    shadowed_token_count: int
-    checkpoint_id: str
-    provider: str = "surfacelog"
-    model: str = "extractive-v1"
-    error: str | None = None
-
-
-class PruneRequest(Struct, frozen=True):
-    """Shorten the tool result at seq ``target``: a ``compaction/prune`` then a
-    content-only ``tool/result`` rewrite with ``content``."""
-
-    generation: int
-    target: int
-    content: list[dict[str, Any]]
-    shadowed_token_count: int
 
 
 class SessionStats(Struct, frozen=True):

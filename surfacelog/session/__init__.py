@@ -1,4 +1,5 @@
-"""The pure core: Session, SurfaceManager, fold, derive, repair, fork, legacy.
+"""The pure core: Session, SurfaceManager, fold, derive, repair, fork, legacy,
+compaction and pruning.
 
 No I/O, no asyncio, no Ray: everything about the rules of SPEC.md lives here.
 """
@@ -9,6 +10,27 @@ from surfacelog.schema.events import (
     is_replacement_surface_event,
     is_surface_eligible_type,
     is_surface_event,
+)
+from surfacelog.session.compaction import (
+    CHECKPOINT_INTRO,
+    CHECKPOINT_OUTRO,
+    CompactionRequest,
+    PruneRequest,
+    StaleRequest,
+    check_compaction,
+    check_prune,
+    compaction_specs,
+    prune_specs,
+)
+from surfacelog.session.compaction_policy import (
+    PRUNE_MARKER,
+    SUMMARY_NOT_SMALLER,
+    CompactionChoice,
+    choose_range,
+    compaction_request,
+    extractive_summary,
+    prune_requests,
+    safe_cuts,
 )
 from surfacelog.session.derive import MessagesView, derive_from_nodes, project
 from surfacelog.session.fork import ForkError, fork
@@ -31,24 +53,42 @@ from surfacelog.session.surface import (
     SurfacePlan,
     fold_surface,
 )
+from surfacelog.session.tokens import block_tokens, event_tokens
+from surfacelog.session.turns import last_turn_boundary, open_turn, open_turn_start
 
 __all__ = [
+    "CHECKPOINT_INTRO",
+    "CHECKPOINT_OUTRO",
     "END_SEED",
+    "PRUNE_MARKER",
+    "SUMMARY_NOT_SMALLER",
     "AppendSpec",
+    "CompactionChoice",
+    "CompactionRequest",
     "FoldResult",
     "ForkError",
     "LogError",
     "MessagesView",
+    "PruneRequest",
     "Replacement",
     "Session",
     "SessionSurface",
+    "StaleRequest",
     "SurfaceError",
     "SurfaceManager",
     "SurfacePlan",
     "SurfaceSnapshot",
+    "block_tokens",
     "build_event",
+    "check_compaction",
+    "check_prune",
+    "choose_range",
+    "compaction_request",
+    "compaction_specs",
     "derive_from_nodes",
     "derive_messages_linear",
+    "event_tokens",
+    "extractive_summary",
     "fold_surface",
     "fork",
     "interrupted_turn_closers",
@@ -56,8 +96,14 @@ __all__ = [
     "is_replacement_surface_event",
     "is_surface_eligible_type",
     "is_surface_event",
+    "last_turn_boundary",
     "now_ms",
+    "open_turn",
+    "open_turn_start",
     "project",
+    "prune_requests",
+    "prune_specs",
     "replay",
+    "safe_cuts",
     "upgrade_legacy",
 ]

@@ -9,6 +9,7 @@ from msgspec import UNSET
 
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
 from surfacelog.session.session import Session, now_ms
+from surfacelog.session.turns import open_turn_start
 
 SESSION_ALREADY_EXISTS = "SESSION_ALREADY_EXISTS"
 SESSION_NOT_FOUND = "SESSION_NOT_FOUND"
@@ -54,12 +55,10 @@ def fork(
     if type(last) is not int or not 0 <= last < len(log):
         raise ForkError(INVALID_BOUNDARY,
                         f"boundary {boundary!r} is not a seq of a log of {len(log)} events")
-    for k in range(last, -1, -1):
-        etype = log[k].type
-        if etype == "turn/end":
-            break
-        if etype == "turn/start":
-            raise ForkError(OPEN_TURN, f"boundary {last} is inside the turn opened at seq {k}")
+    opened = open_turn_start(log, end=last + 1)
+    if opened is not None:
+        raise ForkError(OPEN_TURN,
+                        f"boundary {last} is inside the turn opened at seq {opened.seq}")
     parent = source.header
     header = SessionHeader(
         version=SESSION_FORMAT_VERSION,

@@ -17,6 +17,7 @@ from surfacelog.session import shapes
 from surfacelog.session.derive import MessageCache, MessagesView, derive_from_nodes
 from surfacelog.session.gcpause import gc_paused
 from surfacelog.session.surface import Replacement, SurfaceManager
+from surfacelog.session.turns import last_turn_boundary, turn_opened_by
 from surfacelog.session.views import ListView
 
 END_SEED = "session/end-seed"
@@ -123,6 +124,10 @@ class Session:
         self._manager = SurfaceManager()
         self._cache = MessageCache()
         self._in_atomic = False
+        # (n, turn): the log's first n events are inside ``turn`` (or none). Only a
+        # rollback ever removes events, and it drops this when it removes scanned ones,
+        # so ``open_turn`` reads just the events appended since it last looked.
+        self._turn_scan: tuple[int, int | None] = (0, None)
         self.first_live_seq: int | None = None
         if seed is None:
             return
@@ -189,6 +194,19 @@ class Session:
         manager = SurfaceManager()
         manager.sync(self._log[: as_of + 1])
         return SurfaceSnapshot(tuple(manager.nodes), manager.replace_generation, as_of + 1)
+
+    def open_turn(self) -> int | None:
+        """The number of the turn the log is inside (its last ``turn/start`` has no
+        ``turn/end`` after it), or ``None``. Reads only the events appended since the
+        previous call."""
+        scanned, turn = self._turn_scan
+        length = len(self._log)
+        if length != scanned:
+            boundary = last_turn_boundary(self._log, start=scanned)
+            if boundary is not None:
+                turn = turn_opened_by(boundary)
+            self._turn_scan = (length, turn)
+        return turn
 
     # -- writing ---------------------------------------------------------------------
 
@@ -274,6 +292,8 @@ class Session:
         except BaseException:
             del self._log[start:]
             self._manager.rollback()
+            if self._turn_scan[0] > start:
+                self._turn_scan = (0, None)
             # The cache may have seen rolled-back nodes; rebuilding once is cheap.
             self._cache = MessageCache()
             raise
