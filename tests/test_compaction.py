@@ -22,6 +22,7 @@ from surfacelog.session import (
     CompactionRequest,
     PruneRequest,
     Session,
+    SplitsToolCall,
     StaleRequest,
     block_tokens,
     check_compaction,
@@ -355,8 +356,8 @@ def test_prune_requests_keep_the_head_and_tail_of_long_results() -> None:
 def test_a_request_from_an_older_generation_is_stale() -> None:
     s = build_session("g", 2)
     nodes = list(s.surface.nodes)
-    first = request_for(s, nodes[:2])
-    later = request_for(s, nodes[4:6])
+    first = request_for(s, nodes[:3])
+    later = request_for(s, nodes[3:5])
     compact(s, first)
     with pytest.raises(StaleRequest, match="generation 0 is stale \\(now 1\\)"):
         check_compaction(s, first)
@@ -413,17 +414,47 @@ def test_stale_request_pickles_and_conflict_is_one() -> None:
     assert type(conflict) is Conflict and isinstance(conflict, StaleRequest)
 
 
+def _parts_a_call(session: Session, run: list[int]) -> bool:
+    """Naive reference for SPEC 13's rule: some tool call in ``run`` has its result
+    elsewhere (or none yet), or some result in ``run`` answers a call made by a surface
+    node outside ``run``."""
+    def calls(seq: int) -> set[str]:
+        event = session.event(seq)
+        if event.type != "assistant/message":
+            return set()
+        return {b["id"] for b in event.data["message"]["content"]
+                if b.get("type") == "tool-call"}
+
+    def answers(seq: int) -> set[str]:
+        event = session.event(seq)
+        return ({event.data["message"]["source"]["callId"]}
+                if event.type == "tool/result" else set())
+
+    made = set().union(*(calls(n) for n in run))
+    answered = set().union(*(answers(n) for n in run))
+    outside = set().union(*(calls(n) for n in session.surface.nodes if n not in run))
+    return bool(made - answered) or bool((answered - made) & outside)
+
+
 @SETTINGS
 @given(session=sessions(max_actions=8), data=st.data())
-def test_every_current_run_compacts_to_a_checkpoint_in_its_place(session: Session,
-                                                                  data: Any) -> None:
+def test_every_current_run_compacts_to_a_checkpoint_unless_it_parts_a_call(
+        session: Session, data: Any) -> None:
     nodes = list(session.surface.nodes)
     if not nodes:
         return
     i = data.draw(st.integers(0, len(nodes) - 1))
     j = data.draw(st.integers(i, len(nodes) - 1))
-    generation = session.surface.replace_generation
-    _, _, checkpoint, _ = compact(session, request_for(session, nodes[i:j + 1]))
+    generation, length = session.surface.replace_generation, len(session)
+    request = request_for(session, nodes[i:j + 1])
+    if _parts_a_call(session, nodes[i:j + 1]):
+        with pytest.raises(SplitsToolCall, match="parts tool call"):
+            compact(session, request)
+        assert list(session.surface.nodes) == nodes and len(session) == length
+        # A failed compaction replaces nothing, so any run may record one.
+        check_compaction(session, request_for(session, nodes[i:j + 1], error="boom"))
+        return
+    _, _, checkpoint, _ = compact(session, request)
     assert list(session.surface.nodes) == [*nodes[:i], checkpoint.seq, *nodes[j + 1:]]
     assert session.surface.replace_generation == generation + 1
     assert checkpoint.source_event_seqs[2:] == tuple(nodes[i:j + 1])
@@ -491,3 +522,16 @@ def test_open_turn_agrees_with_a_forward_read_after_every_event(session: Session
             turn = None
         assert replayed.open_turn() == turn
     assert session.open_turn() == turn
+
+
+def test_a_range_that_parts_a_call_from_its_result_is_refused_whole() -> None:
+    s, (u1, u2, a, r, u3) = with_call_at_the_cut()
+    length = len(s)
+    for run in ([u1, u2, a], [r], [r, u3], [a]):
+        with pytest.raises(SplitsToolCall, match="parts tool call 'c1' from its result"):
+            check_compaction(s, request_for(s, run))
+    assert len(s) == length
+    check_compaction(s, request_for(s, [a, r]))
+    check_compaction(s, request_for(s, [u2, a, r, u3]))
+    again = pickle.loads(pickle.dumps(SplitsToolCall("x")))
+    assert type(again) is SplitsToolCall and again.args == ("x",)

@@ -8,7 +8,7 @@ re-exports them and will be removed in the next release.
 
 from __future__ import annotations
 
-from surfacelog.session.compaction import CompactionRequest, PruneRequest
+from surfacelog.session.compaction import CompactionRequest, PruneRequest, safe_cuts
 from surfacelog.session.compaction_policy import (
     PRUNE_MARKER,
     SUMMARY_NOT_SMALLER,
@@ -17,7 +17,6 @@ from surfacelog.session.compaction_policy import (
     compaction_request,
     extractive_summary,
     prune_requests,
-    safe_cuts,
 )
 from surfacelog.session.tokens import block_tokens, event_tokens
 

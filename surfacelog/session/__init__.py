@@ -16,11 +16,13 @@ from surfacelog.session.compaction import (
     CHECKPOINT_OUTRO,
     CompactionRequest,
     PruneRequest,
+    SplitsToolCall,
     StaleRequest,
     check_compaction,
     check_prune,
     compaction_specs,
     prune_specs,
+    safe_cuts,
 )
 from surfacelog.session.compaction_policy import (
     PRUNE_MARKER,
@@ -30,7 +32,6 @@ from surfacelog.session.compaction_policy import (
     compaction_request,
     extractive_summary,
     prune_requests,
-    safe_cuts,
 )
 from surfacelog.session.derive import MessagesView, derive_from_nodes, project
 from surfacelog.session.fork import ForkError, fork
@@ -73,6 +74,7 @@ __all__ = [
     "Replacement",
     "Session",
     "SessionSurface",
+    "SplitsToolCall",
     "StaleRequest",
     "SurfaceError",
     "SurfaceManager",

@@ -17,11 +17,13 @@ Pure: no I/O, no asyncio, no Ray.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from msgspec import Struct
 
 from surfacelog.schema.events import Event, ReplaceOp
+from surfacelog.session.derive import project
 from surfacelog.session.session import AppendSpec, Session
 
 CHECKPOINT_INTRO = ("Checkpoint: a condensed account of an earlier part of this "
@@ -72,12 +74,52 @@ class StaleRequest(Exception):
         return (type(self), self.args)
 
 
+class SplitsToolCall(ValueError):
+    """A compaction range would split a tool call from its result (SPEC 13: a cut is
+    allowed only where every tool call before it has its result before it). Nothing
+    was appended; choose the range again (``choose_range`` only picks safe cuts)."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), self.args)
+
+
+# -- safe cuts ---------------------------------------------------------------------------
+
+def _call_ids(event: Event) -> tuple[list[str], str | None]:
+    """The tool-call ids an assistant message opens and the call id a tool result closes."""
+    message = project(event)
+    if message is None:
+        return [], None
+    if event.type == "tool/result":
+        return [], str(message["source"].get("callId"))
+    opened = [str(b.get("id")) for b in message.get("content", [])
+              if isinstance(b, dict) and b.get("type") == "tool-call"]
+    return opened, None
+
+
+def safe_cuts(events: Sequence[Event]) -> list[bool]:
+    """``cuts[k]`` (k in ``0..len(events)``) is True when a cut before node k splits no
+    tool call from its result: every tool call opened in ``events[:k]`` has its result
+    in ``events[:k]``."""
+    open_calls: set[str] = set()
+    cuts = [True]
+    for event in events:
+        opened, closed = _call_ids(event)
+        open_calls.update(opened)
+        if closed is not None:
+            open_calls.discard(closed)
+        cuts.append(not open_calls)
+    return cuts
+
+
 # -- staleness ---------------------------------------------------------------------------
 
 def check_compaction(session: Session, request: CompactionRequest) -> None:
     """Return when ``request`` still fits ``session``: its ``generation`` is the
     surface's ``replace_generation`` and its ``shadowed`` is a non-empty run of
-    consecutive current nodes. Raises ``StaleRequest`` otherwise."""
+    consecutive current nodes. Raises ``StaleRequest`` otherwise, and
+    ``SplitsToolCall`` when a successful compaction's range would split a tool call
+    from its result (a failed one replaces nothing and is not checked)."""
     surface = session.surface
     generation, shadowed = request.generation, request.shadowed
     stale = generation != surface.replace_generation or not shadowed
@@ -93,6 +135,32 @@ def check_compaction(session: Session, request: CompactionRequest) -> None:
         raise StaleRequest(
             f"request computed at generation {generation} is stale (now "
             f"{surface.replace_generation}) or its range moved")
+    if request.error is None:
+        _check_no_split(session, shadowed)
+
+
+def _check_no_split(session: Session, shadowed: Sequence[int]) -> None:
+    """Raise ``SplitsToolCall`` when hiding ``shadowed`` would part a tool call from its
+    result: a call in the range whose result is not in it (outside, or still to come),
+    or a result in the range whose call is a surface node outside it."""
+    opened: set[str] = set()
+    closed: set[str] = set()
+    for seq in shadowed:
+        calls, result = _call_ids(session.event(seq))
+        opened.update(calls)
+        if result is not None:
+            closed.add(result)
+    parted = opened - closed
+    orphans = closed - opened
+    if orphans:
+        inside = set(shadowed)
+        for seq in session.surface.nodes:
+            if seq not in inside:
+                parted.update(orphans.intersection(_call_ids(session.event(seq))[0]))
+    if parted:
+        raise SplitsToolCall(
+            f"compaction range {shadowed[0]}..{shadowed[-1]} parts tool call "
+            f"{sorted(parted)[0]!r} from its result")
 
 
 def check_prune(session: Session, request: PruneRequest) -> Event:
@@ -173,9 +241,11 @@ __all__ = [
     "CHECKPOINT_OUTRO",
     "CompactionRequest",
     "PruneRequest",
+    "SplitsToolCall",
     "StaleRequest",
     "check_compaction",
     "check_prune",
     "compaction_specs",
     "prune_specs",
+    "safe_cuts",
 ]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from surfacelog.schema.events import Event
-from surfacelog.session.compaction import CompactionRequest, PruneRequest
+from surfacelog.session.compaction import CompactionRequest, PruneRequest, safe_cuts
 from surfacelog.session.derive import project
 from surfacelog.session.session import SurfaceSnapshot
 from surfacelog.session.tokens import block_tokens, event_tokens
@@ -28,33 +28,6 @@ PRUNE_MARKER = "\n[… {n} characters pruned by surfacelog …]\n"
 
 
 # -- deciding what to compact ------------------------------------------------------------
-
-def _call_ids(event: Event) -> tuple[list[str], str | None]:
-    """The tool-call ids an assistant message opens and the call id a tool result closes."""
-    message = project(event)
-    if message is None:
-        return [], None
-    if event.type == "tool/result":
-        return [], str(message["source"].get("callId"))
-    opened = [str(b.get("id")) for b in message.get("content", [])
-              if isinstance(b, dict) and b.get("type") == "tool-call"]
-    return opened, None
-
-
-def safe_cuts(events: Sequence[Event]) -> list[bool]:
-    """``cuts[k]`` (k in ``0..len(events)``) is True when a cut before node k splits no
-    tool call from its result: every tool call opened in ``events[:k]`` has its result
-    in ``events[:k]``."""
-    open_calls: set[str] = set()
-    cuts = [True]
-    for event in events:
-        opened, closed = _call_ids(event)
-        open_calls.update(opened)
-        if closed is not None:
-            open_calls.discard(closed)
-        cuts.append(not open_calls)
-    return cuts
-
 
 @dataclass(frozen=True)
 class CompactionChoice:
