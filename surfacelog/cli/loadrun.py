@@ -354,6 +354,6 @@ async def kill_and_await_restart(actor: Any) -> None:
 
 def write_html(path: str | Path, result: RunResult) -> None:
     """Write the self-contained HTML report."""
-    from surfacelog.htmlreport import render_report
+    from surfacelog.cli.report_html import render_report
 
     Path(path).write_text(render_report(result), encoding="utf-8")

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from surfacelog.actors.journal import NAMESPACE
-from surfacelog.loadrun import RunConfig, Sample, run_workload, write_html
+from surfacelog.cli.loadrun import RunConfig, Sample, run_workload, write_html
 from surfacelog.schema.codec import encode_json
 
 EXIT_OK, EXIT_VERIFY_FAILED, EXIT_ERRORS = 0, 1, 3

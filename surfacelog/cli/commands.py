@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from surfacelog.render import surface_tree
+from surfacelog.cli.render import surface_tree
 from surfacelog.schema.codec import LogFile, encode_json, read_log
 from surfacelog.schema.errors import LogError
 from surfacelog.session import (
@@ -256,7 +256,7 @@ def inspect(db: Annotated[Path, typer.Argument(help="SQLite database")],
             ) -> None:
     """Without SESSION: a table of sessions. With it: the surface as a tree, each
     replacement expanded to the events it shadowed (``--at``: as of a past seq)."""
-    from surfacelog.inspection import inspect_db
+    from surfacelog.cli.inspection import inspect_db
 
     raise typer.Exit(inspect_db(str(db), session, at, Console()))
 
@@ -292,7 +292,7 @@ def run(
     to exactly what the live actors reported. Exit 0 when verification passed, 1 when it
     failed, 3 when appends failed, 130 when interrupted (what was acknowledged is kept;
     the next run on the same database resumes)."""
-    from surfacelog.runview import run_command
+    from surfacelog.cli.live import run_command
 
     if placement not in ("packed", "dedicated") or durability not in ("durable", "buffered") \
             or mode not in ("batch", "chunk"):
@@ -308,7 +308,3 @@ def run(
 def main() -> None:
     """Console-script entry point."""
     app()
-
-
-if __name__ == "__main__":
-    main()

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from surfacelog.loadrun import RunResult
+    from surfacelog.cli.loadrun import RunResult
 
 W, H, PAD = 760, 260, 44
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
