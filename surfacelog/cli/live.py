@@ -14,7 +14,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from surfacelog.actors.journal import NAMESPACE
-from surfacelog.cli.loadrun import RunConfig, Sample, run_workload, write_html
+from surfacelog.cli.loadrun import run_workload
+from surfacelog.cli.report_html import write_html
+from surfacelog.cli.runmodel import RunConfig, Sample
 from surfacelog.schema.codec import encode_json
 
 EXIT_OK, EXIT_VERIFY_FAILED, EXIT_ERRORS = 0, 1, 3
