@@ -146,7 +146,7 @@ async def run_workload(cfg: RunConfig,
     host = connect(db=db, placement=cfg.placement, packs=cfg.packs,
                    durability=cfg.durability, idle_timeout_s=None)
     ids = session_ids(cfg.sessions)
-    script = ScriptConfig(seed=cfg.seed, mode="chunk" if cfg.mode == "chunk" else "batch")
+    script = ScriptConfig(seed=cfg.seed, mode=cfg.mode)
     opts = {"num_cpus": 0, "max_concurrency": 1000}
     compactor = RemoteCompactor.options(**opts).remote(
         db, cfg.placement, cfg.durability, cfg.packs, compact_at=cfg.compact_at,

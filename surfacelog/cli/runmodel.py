@@ -8,35 +8,65 @@ The workload (``loadrun``), the live view (``live``) and the HTML report
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from typer import Option
 
 if TYPE_CHECKING:
     from surfacelog.actors.compactor import CompactorStats
     from surfacelog.actors.driver import DriverProgress
-    from surfacelog.actors.protocol import Durability, Placement
     from surfacelog.session.digest import SessionDigest
+
+
+# The actors' own Placement and Durability, spelled here as values because typer needs
+# the choices at run time and importing surfacelog.actors starts by importing Ray, which
+# the offline commands must not pay for. mypy checks that these fit where the actors take
+# theirs, and tests/test_run.py that the two spellings hold the same choices.
+Placement = Literal["packed", "dedicated"]
+Durability = Literal["durable", "buffered"]
+
+AppendMode = Literal["batch", "chunk"]
+"""How a driver appends a model step's chunks: in one ``append_batch``, or one
+``append`` each."""
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything ``surfacelog run`` takes from its command line."""
+    """Every option of ``surfacelog run``, each with its default and its help text.
 
-    db: str = "surfacelog.db"
-    address: str | None = None
-    sessions: int = 50
-    turns: int = 5
-    placement: Placement = "packed"
-    packs: int = 4
-    drivers: int = 2
-    durability: Durability = "durable"
-    compact_at: int = 3000
-    prune_over: int = 4000
-    mode: str = "batch"
-    seed: int = 0
-    kill_every_s: float = 0.0
-    """Chaos: kill the actor of a random session this often (Ray restarts it); 0: off."""
-    kill_journal: bool = False
-    """Chaos: every third kill is of the journal actor instead."""
+    The ``run`` command's parameters are made from these fields (``cli.commands``), so
+    an option is added, renamed or given a new default here and nowhere else. Choices
+    are ``Literal`` types, which typer turns into validated choices.
+    """
+
+    sessions: Annotated[int, Option(help="sessions to host", min=0)] = 50
+    turns: Annotated[int, Option(help="turns per session", min=0)] = 5
+    placement: Annotated[Placement, Option(
+        help="packed: many sessions per actor; dedicated: one actor per session")] = "packed"
+    packs: Annotated[int, Option(help="session actors in packed placement", min=1)] = 4
+    drivers: Annotated[int, Option(help="agent-loop driver actors", min=1)] = 2
+    compact_at: Annotated[int, Option(
+        help="compact a surface above this many estimated tokens")] = 3000
+    prune_over: Annotated[int, Option(
+        help="prune tool results over this many characters")] = 4000
+    durability: Annotated[Durability, Option(
+        help="durable: an append is acknowledged once committed; buffered: once queued "
+             "for the journal")] = "durable"
+    mode: Annotated[AppendMode, Option(
+        help="batch: a step's chunks in one append_batch; chunk: one append each")] = "batch"
+    db: Annotated[Path, Option(help="SQLite database file")] = Path("surfacelog.db")
+    address: Annotated[str | None, Option(
+        help="join this Ray cluster instead of starting a local one")] = None
+    report: Annotated[Path | None, Option(help="write an HTML report here")] = None
+    seed: Annotated[int, Option(help="seed of the scripted agents")] = 0
+    kill_every_s: Annotated[float, Option(
+        "--kill-every", min=0.0,
+        help="chaos: kill the actor of a random session every this many seconds (Ray "
+             "restarts it); 0 = off")] = 0.0
+    kill_journal: Annotated[bool, Option(
+        help="chaos: every third kill is of the journal actor")] = False
+    as_json: Annotated[bool, Option("--json", help="machine-readable output")] = False
 
 
 @dataclass
