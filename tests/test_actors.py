@@ -15,7 +15,7 @@ from surfacelog.actors.driver import DriverProgress, RemoteDriver, SessionDriver
 from surfacelog.actors.protocol import CompactionRequest, Conflict
 from surfacelog.actors.script import AgentScript, ScriptConfig
 from surfacelog.actors.session_actor import RemoteSessionHost
-from surfacelog.loadrun import compare, live_digests, replay_digests
+from surfacelog.cli.loadrun import compare, live_digests, replay_digests
 from surfacelog.schema.errors import SurfaceError
 from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec

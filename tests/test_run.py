@@ -2,18 +2,80 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import get_args, get_type_hints
 
 import pytest
+import typer
 from shared_examples import EXAMPLES
 from typer.testing import CliRunner
 
-from surfacelog.cli import app
+from surfacelog.actors import protocol
+from surfacelog.actors.script import ScriptConfig
+from surfacelog.cli import app, live, runmodel
+from surfacelog.cli.runmodel import RunConfig
 
 runner = CliRunner()
+
+
+def test_run_options_are_run_config_fields() -> None:
+    """Each option of ``run`` is a RunConfig field with the field's default: one place
+    to spell them."""
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    params = {p.name: p for p in group.commands["run"].params if p.name != "help"}
+    fields = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    assert {name: p.default for name, p in params.items()} == fields
+    flags = {opt for p in params.values() for opt in p.opts}
+    assert {"--sessions", "--turns", "--placement", "--packs", "--drivers", "--compact-at",
+            "--prune-over", "--durability", "--mode", "--db", "--address", "--report",
+            "--seed", "--kill-every", "--kill-journal", "--json"} == flags
+
+
+def test_run_builds_one_run_config_from_its_options(monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    seen: list[RunConfig] = []
+
+    def run_live(cfg: RunConfig) -> int:
+        seen.append(cfg)
+        return 0
+
+    monkeypatch.setattr(live, "run_live", run_live)
+    assert runner.invoke(app, ["run"]).exit_code == 0
+    args = ["run", "--sessions", "3", "--turns", "2", "--placement", "dedicated",
+            "--durability", "buffered", "--mode", "chunk", "--db", str(tmp_path / "r.db"),
+            "--report", str(tmp_path / "r.html"), "--kill-every", "0.5", "--kill-journal",
+            "--json"]
+    assert runner.invoke(app, args).exit_code == 0
+    assert seen == [RunConfig(), RunConfig(
+        sessions=3, turns=2, placement="dedicated", durability="buffered", mode="chunk",
+        db=tmp_path / "r.db", report=tmp_path / "r.html", kill_every_s=0.5,
+        kill_journal=True, as_json=True)]
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("--placement", "spread"), ("--durability", "sometimes"), ("--mode", "stream"),
+    ("--packs", "0"), ("--kill-every", "-1")])
+def test_run_refuses_a_bad_option_with_a_usage_error(monkeypatch: pytest.MonkeyPatch,
+                                                     option: str, value: str) -> None:
+    monkeypatch.setattr(live, "run_live", lambda cfg: pytest.fail("ran"))
+    result = runner.invoke(app, ["run", option, value])
+    assert result.exit_code == 2
+    assert isinstance(result.exception, SystemExit)
+    assert f"Invalid value for '{option}'" in result.output
+    assert "Usage:" in result.output and "Traceback" not in result.output
+
+
+def test_run_choices_are_the_ones_the_actors_take() -> None:
+    """runmodel spells the actors' choices again, as typer needs them without Ray."""
+    assert set(get_args(runmodel.Placement)) == set(get_args(protocol.Placement))
+    assert set(get_args(runmodel.Durability)) == set(get_args(protocol.Durability))
+    mode = get_type_hints(ScriptConfig)["mode"]
+    assert set(get_args(runmodel.AppendMode)) == set(get_args(mode))
 
 
 def run_json(db: Path, *extra: str) -> dict:  # type: ignore[type-arg]

@@ -10,10 +10,10 @@ from __future__ import annotations
 import html
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
-if TYPE_CHECKING:
-    from surfacelog.loadrun import RunResult
+from surfacelog.cli.runmodel import RunResult
 
 W, H, PAD = 760, 260, 44
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
@@ -142,3 +142,9 @@ def render_report(result: RunResult) -> str:
         f"<h1>surfacelog run: verification {status}</h1>"
         f"<table>{rows}</table>{body}</body></html>"
     )
+
+
+def write_html(path: str | Path, result: RunResult) -> None:
+    """Write the self-contained HTML report of ``result`` to ``path``. Raises ``OSError``
+    when the file cannot be written."""
+    Path(path).write_text(render_report(result), encoding="utf-8")

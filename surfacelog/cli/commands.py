@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
+from inspect import Parameter, Signature
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_type_hints
 
 import typer
 from rich.console import Console
 
-from surfacelog.render import surface_tree
+from surfacelog.cli.render import surface_tree
+from surfacelog.cli.runmodel import RunConfig
 from surfacelog.schema.codec import LogFile, encode_json, read_log
 from surfacelog.schema.errors import LogError
 from surfacelog.session import (
@@ -256,59 +259,38 @@ def inspect(db: Annotated[Path, typer.Argument(help="SQLite database")],
             ) -> None:
     """Without SESSION: a table of sessions. With it: the surface as a tree, each
     replacement expanded to the events it shadowed (``--at``: as of a past seq)."""
-    from surfacelog.inspection import inspect_db
+    from surfacelog.cli.inspection import inspect_db
 
     raise typer.Exit(inspect_db(str(db), session, at, Console()))
 
 
-@app.command()
-def run(
-    sessions: Annotated[int, typer.Option(help="sessions to host")] = 50,
-    turns: Annotated[int, typer.Option(help="turns per session")] = 5,
-    placement: Annotated[str, typer.Option(help="packed | dedicated")] = "packed",
-    packs: Annotated[int, typer.Option(help="session actors in packed placement")] = 4,
-    drivers: Annotated[int, typer.Option(help="agent-loop driver actors")] = 2,
-    compact_at: Annotated[int, typer.Option(help="compact a surface above this many "
-                                                 "estimated tokens")] = 3000,
-    prune_over: Annotated[int, typer.Option(help="prune tool results over this many "
-                                                 "characters")] = 4000,
-    durability: Annotated[str, typer.Option(help="durable | buffered")] = "durable",
-    mode: Annotated[str, typer.Option(help="batch | chunk: a step's chunks in one "
-                                           "append_batch or one append each")] = "batch",
-    db: Annotated[Path, typer.Option(help="SQLite database file")] = Path("surfacelog.db"),
-    address: Annotated[str | None, typer.Option(help="join this Ray cluster instead of "
-                                                     "starting a local one")] = None,
-    report: Annotated[Path | None, typer.Option(help="write an HTML report here")] = None,
-    seed: Annotated[int, typer.Option(help="seed of the scripted agents")] = 0,
-    kill_every: Annotated[float, typer.Option(help="chaos: kill the actor of a random "
-                                                   "session every this many seconds (Ray "
-                                                   "restarts it); 0 = off")] = 0.0,
-    kill_journal: Annotated[bool, typer.Option(help="chaos: every third kill is of the "
-                                                    "journal actor")] = False,
-    json: JsonOpt = False,
-) -> None:
+def run(**options: Any) -> None:
     """The load workload: host sessions as Ray actors, drive them with scripted agents
     while compaction and pruning actors work, report, then verify the database replays
     to exactly what the live actors reported. Exit 0 when verification passed, 1 when it
-    failed, 3 when appends failed, 130 when interrupted (what was acknowledged is kept;
-    the next run on the same database resumes)."""
-    from surfacelog.runview import run_command
+    failed, 2 on a bad option, 3 when appends failed, 130 when interrupted (what was
+    acknowledged is kept; the next run on the same database resumes)."""
+    from surfacelog.cli.live import run_live
 
-    if placement not in ("packed", "dedicated") or durability not in ("durable", "buffered") \
-            or mode not in ("batch", "chunk"):
-        raise typer.BadParameter("placement: packed|dedicated, durability: "
-                                 "durable|buffered, mode: batch|chunk")
-    raise typer.Exit(run_command(
-        sessions=sessions, turns=turns, placement=placement, packs=packs, drivers=drivers,
-        compact_at=compact_at, prune_over=prune_over, durability=durability, mode=mode,
-        db=str(db), address=address, report=None if report is None else str(report),
-        seed=seed, as_json=json, kill_every_s=kill_every, kill_journal=kill_journal))
+    raise typer.Exit(run_live(RunConfig(**options)))
+
+
+def _fields_as_options(config: type[Any]) -> Signature:
+    """Keyword-only parameters named, annotated and defaulted as the dataclass
+    ``config``'s fields, their ``Annotated`` typer metadata included."""
+    hints = get_type_hints(config, include_extras=True)
+    return Signature([Parameter(f.name, Parameter.KEYWORD_ONLY, default=f.default,
+                                annotation=hints[f.name])
+                      for f in dataclasses.fields(config)])
+
+
+# typer reads a command's options from its signature: run's are RunConfig's fields, so
+# each option, its default and its help are spelled once, in RunConfig. Set through
+# vars() because a function's attributes are not declared to type checkers.
+vars(run)["__signature__"] = _fields_as_options(RunConfig)
+app.command()(run)
 
 
 def main() -> None:
     """Console-script entry point."""
     app()
-
-
-if __name__ == "__main__":
-    main()

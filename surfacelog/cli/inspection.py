@@ -8,7 +8,7 @@ import datetime
 from rich.console import Console
 from rich.table import Table
 
-from surfacelog.render import surface_tree
+from surfacelog.cli.render import surface_tree
 from surfacelog.store.base import SessionNotFound
 from surfacelog.store.sqlite import SqliteEventStore
 

@@ -14,7 +14,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from surfacelog.actors.journal import NAMESPACE
-from surfacelog.loadrun import RunConfig, Sample, run_workload, write_html
+from surfacelog.cli.loadrun import run_workload
+from surfacelog.cli.report_html import write_html
+from surfacelog.cli.runmodel import RunConfig, Sample
 from surfacelog.schema.codec import encode_json
 
 EXIT_OK, EXIT_VERIFY_FAILED, EXIT_ERRORS = 0, 1, 3
@@ -47,27 +49,22 @@ def _report_table(report: dict[str, Any]) -> Table:
     return table
 
 
-def run_command(*, sessions: int, turns: int, placement: str, packs: int, drivers: int,
-                compact_at: int, prune_over: int, durability: str, mode: str, db: str,
-                address: str | None, report: str | None, seed: int, as_json: bool,
-                kill_every_s: float = 0.0, kill_journal: bool = False) -> int:
-    """Run the workload; print the report; return the exit status (0 only when
-    verification passed and nothing failed)."""
-    cfg = RunConfig(db=db, address=address, sessions=sessions, turns=turns,
-                    placement=placement,  # type: ignore[arg-type]
-                    packs=packs, drivers=drivers,
-                    durability=durability,  # type: ignore[arg-type]
-                    compact_at=compact_at, prune_over=prune_over, mode=mode, seed=seed,
-                    kill_every_s=kill_every_s, kill_journal=kill_journal)
-    console = Console(stderr=as_json)
+def run_live(cfg: RunConfig) -> int:
+    """Run the workload of ``cfg`` on Ray (started here unless already initialised),
+    showing its progress; print the report (``cfg.as_json``: as JSON on stdout, the
+    live view going to stderr) and write the HTML report when ``cfg.report`` is set.
+    Returns the exit status: 0 only when verification passed and nothing failed, 1 when
+    verification failed, 3 when appends failed, 130 when interrupted."""
+    console = Console(stderr=cfg.as_json)
     started_ray = not ray.is_initialized()
     if started_ray:
-        console.print("starting Ray…" if address is None else f"joining Ray at {address}…")
-        ray.init(address=address, namespace=NAMESPACE, include_dashboard=False,
+        console.print("starting Ray…" if cfg.address is None
+                      else f"joining Ray at {cfg.address}…")
+        ray.init(address=cfg.address, namespace=NAMESPACE, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
     progress = Progress(TextColumn("turns"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=console)
-    task = progress.add_task("turns", total=sessions * turns)
+    task = progress.add_task("turns", total=cfg.sessions * cfg.turns)
     line = ["waiting for the first turn…"]
 
     def view() -> Group:
@@ -85,7 +82,7 @@ def run_command(*, sessions: int, turns: int, placement: str, packs: int, driver
         live.update(view())
 
     try:
-        with Live(view(), console=console, refresh_per_second=8, transient=as_json) as live:
+        with Live(view(), console=console, refresh_per_second=8, transient=cfg.as_json) as live:
             result = asyncio.run(run_workload(cfg, on_sample))
             final = result.progress
             progress.update(task, completed=final.turns_done + final.turns_interrupted)
@@ -93,23 +90,23 @@ def run_command(*, sessions: int, turns: int, placement: str, packs: int, driver
     except KeyboardInterrupt:
         # asyncio.run cancelled the workload, whose cleanup flushed and stopped the
         # actors: what was acknowledged is stored, and the next run resumes from it.
-        console.print(f"\ninterrupted: every acknowledged event is in {db}; run again "
+        console.print(f"\ninterrupted: every acknowledged event is in {cfg.db}; run again "
                       "with the same --db to resume (not verified)")
         return EXIT_INTERRUPTED
     finally:
         if started_ray:
             ray.shutdown()
     data = result.report()
-    if report is not None:
-        write_html(report, result)
-    if as_json:
+    if cfg.report is not None:
+        write_html(cfg.report, result)
+    if cfg.as_json:
         sys.stdout.write(encode_json(data).decode() + "\n")
     else:
         console.print(_report_table(data))
         for problem in data["verification"]["mismatches"]:
             console.print(f"[red]{problem}[/]")
-        if report is not None:
-            console.print(f"HTML report: {report}")
+        if cfg.report is not None:
+            console.print(f"HTML report: {cfg.report}")
     if not result.verified:
         return EXIT_VERIFY_FAILED
     return EXIT_ERRORS if data["errors"] else EXIT_OK

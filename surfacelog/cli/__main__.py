@@ -1,0 +1,5 @@
+"""``python -m surfacelog.cli``: the same command line as the ``surfacelog`` script."""
+
+from surfacelog.cli import main
+
+main()

@@ -1,0 +1,160 @@
+"""The package's layers point one way, and no module imports itself back.
+
+Layers, lowest first: schema -> session -> store -> actors -> the ``surfacelog`` package
+itself (the public facade, ``surfacelog.connect``) -> cli. A module imports only its own
+layer and lower ones. Every import counts, wherever it is written (top level, inside a
+function, under ``TYPE_CHECKING``): a lazy import is still a dependency, and a circle
+through one is still a circle.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import surfacelog
+
+PACKAGE = Path(surfacelog.__file__).parent
+LAYERS = ("surfacelog.schema", "surfacelog.session", "surfacelog.store",
+          "surfacelog.actors", "surfacelog", "surfacelog.cli")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str:
+    """The module ``name`` denotes: itself, or the package that holds the object."""
+    while name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def _imports(module: str) -> set[str]:
+    """Every surfacelog module that ``module`` imports, anywhere in its source."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(_resolve(a.name) for a in node.names
+                         if a.name.split(".")[0] == "surfacelog")
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            if base.split(".")[0] != "surfacelog":
+                continue
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in MODULES else _resolve(base))
+    found.discard(module)
+    return found
+
+
+GRAPH = {m: _imports(m) for m in MODULES}
+
+
+def _layer(module: str) -> int:
+    """The index in ``LAYERS`` of the layer ``module`` belongs to."""
+    if module == "surfacelog":
+        return LAYERS.index("surfacelog")
+    for k, layer in enumerate(LAYERS):
+        if layer != "surfacelog" and (module == layer or module.startswith(layer + ".")):
+            return k
+    raise AssertionError(f"{module} is in no layer: add its package to LAYERS")
+
+
+def test_every_module_is_in_a_layer() -> None:
+    for module in MODULES:
+        _layer(module)
+
+
+def test_layers_import_only_themselves_and_lower_layers() -> None:
+    upward = [f"{m} imports {dep}" for m, deps in sorted(GRAPH.items()) for dep in sorted(deps)
+              if _layer(dep) > _layer(m)]
+    assert upward == []
+
+
+def test_nothing_below_the_cli_imports_it() -> None:
+    assert [m for m, deps in GRAPH.items() if not m.startswith("surfacelog.cli")
+            and any(d.startswith("surfacelog.cli") for d in deps)] == []
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One circle in ``graph`` (its modules, the first repeated at the end), or None."""
+    state: dict[str, str] = {}
+    stack: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = "open"
+        stack.append(module)
+        for dep in sorted(graph[module]):
+            if state.get(dep) == "open":
+                return [*stack[stack.index(dep):], dep]
+            if dep not in state and (found := visit(dep)):
+                return found
+        stack.pop()
+        state[module] = "done"
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (found := visit(module)):
+            return found
+    return None
+
+
+def test_no_module_imports_itself_back() -> None:
+    circle = _cycle(GRAPH)
+    assert circle is None, " -> ".join(circle or [])
+
+
+def test_the_checks_see_circles_and_imports() -> None:
+    """The checks are not vacuous: a circle is found, and the graph holds the imports
+    written lazily or for type checking only."""
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"b"}}) == ["b", "c", "b"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+    assert "surfacelog.actors.client" in GRAPH["surfacelog"]  # lazy, in __getattr__
+    assert "surfacelog.actors.driver" in GRAPH["surfacelog.cli.runmodel"]  # TYPE_CHECKING
+    # The HTML report and the workload share the run's data types, not each other.
+    assert "surfacelog.cli.runmodel" in GRAPH["surfacelog.cli.report_html"]
+    assert "surfacelog.cli.runmodel" in GRAPH["surfacelog.cli.loadrun"]
+    assert "surfacelog.cli.loadrun" not in GRAPH["surfacelog.cli.report_html"]
+
+
+CLI_MODULES = sorted(m for m in MODULES
+                     if m.startswith("surfacelog.cli") and m != "surfacelog.cli.__main__")
+
+
+@pytest.mark.parametrize("module", CLI_MODULES)
+def test_each_cli_module_imports_first_in_a_fresh_interpreter(module: str) -> None:
+    """Imported first, each module loads: no circle that only an import order hides."""
+    subprocess.run([sys.executable, "-c", f"import {module}"], check=True)
+
+
+def test_the_offline_commands_do_not_import_ray() -> None:
+    """Ray is imported by ``run`` alone: ``fold``, ``inspect``, ``digest``... start fast."""
+    probe = ("import sys, typer; from surfacelog.cli import app; "
+             "typer.main.get_command(app); sys.exit('ray' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", probe]).returncode == 0
+
+
+def test_python_m_surfacelog_cli_runs_the_app() -> None:
+    """``run`` verifies through ``python -m surfacelog.cli digest``."""
+    out = subprocess.run([sys.executable, "-m", "surfacelog.cli", "--help"],
+                         capture_output=True, text=True, check=True)
+    assert "digest" in out.stdout
