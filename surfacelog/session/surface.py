@@ -40,6 +40,9 @@ class SurfacePlan(NamedTuple):
 
 
 class _Undo(NamedTuple):
+    """How to take one applied event back off the surface (``atomic`` rollback): the
+    node position it took, the nodes it shadowed, and whether it was a replace."""
+
     position: int
     removed: list[int]
     was_replace: bool
@@ -56,6 +59,8 @@ def _new_undo(position: int, removed: list[int], was_replace: bool) -> _Undo:
 
 
 _NOT_A_NODE = _new_undo(-1, [], False)
+"""The undo record of an event that did not touch the surface (shared: it is never
+mutated)."""
 
 
 def _plain_envelope(event: Event, seq: int) -> bool:
