@@ -12,11 +12,9 @@ decoded in one call, which is what keeps the store within reach of raw ``execute
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from itertools import chain
 from typing import Any, Final, NamedTuple, cast
 
@@ -24,6 +22,7 @@ import msgspec
 from msgspec import UNSET
 
 from surfacelog.schema.events import Event, ReplaceOp
+from surfacelog.session.gcpause import gc_paused
 from surfacelog.store.base import BadEvent, CorruptStore, SeqMismatch
 
 Row = tuple[str, int, Any, Any, str | None, str | None, str | None, Any]
@@ -184,7 +183,7 @@ def decode_rows(session_id: str, rows: Sequence[StoredRow], first_seq: int) -> l
         raise CorruptStore(f"session {session_id!r} seq {expected}: stored row is missing "
                            f"(rows are not contiguous)", session_id, expected)
     datas = [r[3] for r in rows]
-    with _gc_paused():
+    with gc_paused():
         if None not in datas:
             try:
                 values = _ANY.decode("[" + ",".join(cast(list[str], datas)) + "]")
@@ -194,22 +193,3 @@ def decode_rows(session_id: str, rows: Sequence[StoredRow], first_seq: int) -> l
             except msgspec.DecodeError:
                 pass  # one bad row: decode one by one below to name it
         return [_decode_one(session_id, r) for r in rows]
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a log is decoded.
-
-    Decoding allocates millions of acyclic containers; each allocation burst would
-    trigger collections that traverse every live object (a process hosting many
-    sessions has many), which makes decoding about three times slower. The collector
-    is re-enabled on exit, also on error, and left alone if it was already disabled.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
