@@ -23,7 +23,7 @@ from msgspec import UNSET
 
 from surfacelog.schema.events import Event, ReplaceOp
 from surfacelog.session.gcpause import gc_paused
-from surfacelog.store.base import BadEvent, CorruptStore, SeqMismatch
+from surfacelog.store.errors import BadEvent, CorruptStore, SeqMismatch
 
 Row = tuple[str, int, Any, Any, str | None, str | None, str | None, Any]
 """An ``events`` row as bound to the INSERT statement."""
@@ -75,11 +75,17 @@ def insert_rows(conn: sqlite3.Connection, rows: Sequence[Row]) -> None:
 
 class EncodedBatch(NamedTuple):
     """A batch ready to insert: its first seq, its rows, the last event's time (``None``
-    for an empty batch, which only a create queues)."""
+    for an empty batch, which only a create stores). Plain data (strings and integers),
+    so it crosses processes as it is: the writer of a batch encodes it once, and whoever
+    stores it inserts the rows without decoding them."""
 
     start: int
     rows: list[Row]
     last_time: int | None
+
+
+NO_ROWS: Final = EncodedBatch(0, [], None)
+"""The batch of a session created without events."""
 
 
 def _json(value: Any, event: Event, field: str) -> str:
@@ -193,3 +199,7 @@ def decode_rows(session_id: str, rows: Sequence[StoredRow], first_seq: int) -> l
             except msgspec.DecodeError:
                 pass  # one bad row: decode one by one below to name it
         return [_decode_one(session_id, r) for r in rows]
+
+
+__all__ = ["INSERT_EVENTS", "NO_ROWS", "SELECT_EVENTS", "EncodedBatch", "Row", "StoredRow",
+           "decode_rows", "encode_batch", "insert_rows"]
