@@ -200,7 +200,16 @@ async def test_activation_through_the_journal_matches_in_process(tmp_path: Path,
             (2, mine.repaired)
         assert await remote.read_since("c") == await local.read_since("c")
         assert await _refusals(remote, "k") == await _refusals(local, "k")
-        # The host actors build on top works over it unchanged.
+        # A resend of a batch the journal stored counts as written, buffered or not.
+        late = Event(type="x/late", seq=len(theirs.session), time=1, data={},
+                     ignorable=True)
+        await remote.append("c", [late], epoch=theirs.epoch)
+        for durable in (True, False):
+            await remote.append("c", [late], epoch=theirs.epoch, durable=durable,
+                                resend=True)
+        await remote.flush_session("c")
+        assert (await remote.read_since("c"))[-1] == late
+        # The host the actors build on works over it unchanged.
         host = await SessionHost.activate("h", remote, durability="buffered")
         await host.append_batch([AppendSpec("turn/start", {"turn": 1})])
         await host.flush()

@@ -194,6 +194,7 @@ class JournalStore(EventStore):
         self._ship_delay_s = ship_delay_s
         self._max_buffered = max_buffered_events
         self._queue: list[tuple[str, BatchPayload, int, int]] = []
+        self._queued_resend = False
         self._queued_events = 0
         self._buffered_events = 0  # queued or in flight
         self._room = asyncio.Event()
@@ -259,6 +260,9 @@ class JournalStore(EventStore):
                 session_id, payload, epoch, True, resend or again))
             return
         self._queue.append((session_id, payload, epoch, count))
+        # A resend marks its whole shipment, which is harmless for the others: a writer
+        # sends each seq once, so seqs stored under its epoch can only be that batch.
+        self._queued_resend = self._queued_resend or resend
         self._queued_events += count
         self._buffered_events += count
         if self._queued_events >= SHIP_EVENTS:
@@ -286,10 +290,11 @@ class JournalStore(EventStore):
                     await asyncio.wait_for(self._urgent.wait(), self._ship_delay_s)
             self._urgent.clear()
             batches, self._queue = self._queue, []
+            resend, self._queued_resend = self._queued_resend, False
             self._queued_events = 0
             wire = [(sid, payload, epoch) for sid, payload, epoch, _ in batches]
             try:
-                results = await _resending(partial(self._journal.append_many.remote, wire))
+                results = await _resending(partial(self._append_many, wire, resend))
             except Exception as exc:  # the journal is unreachable: fail every batch
                 results = [exc] * len(batches)
             for (sid, _payload, _epoch), result in zip(wire, results, strict=True):
@@ -298,6 +303,12 @@ class JournalStore(EventStore):
             self._buffered_events -= sum(count for *_, count in batches)
             if self._buffered_events < self._max_buffered:
                 self._room.set()
+
+    def _append_many(self, wire: list[tuple[str, BatchPayload, int]], resend: bool,
+                     again: bool) -> Any:
+        """The journal call that ships queued batches (``again``: sent again after the
+        journal died)."""
+        return self._journal.append_many.remote(wire, resend or again)
 
     async def flush_session_queue(self) -> None:
         """Wait until every buffered batch reached the journal and was committed."""
