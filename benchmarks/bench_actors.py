@@ -52,11 +52,13 @@ from surfacelog.actors.client import Host, connect
 from surfacelog.actors.protocol import (
     decode_append,
     encode_append,
-    encode_events,
+    pack_batch,
+    unpack_batch,
 )
 from surfacelog.actors.script import AgentScript, ScriptConfig
 from surfacelog.schema.codec import encode_json
 from surfacelog.session import AppendSpec, Session
+from surfacelog.store.rows import encode_batch
 
 MB = 1024 * 1024
 CHUNK = {"type": "text-delta", "index": 0, "text": "Surface log event "}
@@ -268,8 +270,9 @@ async def bench_append_rtt(tmp: str, report: Report, n: int = 2000,
 def _wire_rate(session_id: str, before: Sequence[list[AppendSpec]],
                batches: Sequence[list[AppendSpec]]) -> float:
     """Events/s of only what the wire does to ``batches``: encode the request, decode
-    it, encode the logged events for the journal (in this process; ``before`` are the
-    batches appended earlier). The reply is two integers."""
+    it, encode the logged events to rows and pack them for the journal, unpack them as
+    the journal does (all in this process; ``before`` are the batches appended
+    earlier). The reply is two integers."""
     session = Session()
     for b in before:
         session.append_batch(b)
@@ -279,7 +282,7 @@ def _wire_rate(session_id: str, before: Sequence[list[AppendSpec]],
         request = encode_append(session_id, specs, None)
         assert request is not None
         decode_append(request)
-        encode_events(events)
+        unpack_batch(pack_batch(encode_batch(session_id, events)))
     return sum(len(b) for b in batches) / (time.perf_counter() - t0)
 
 
@@ -340,7 +343,7 @@ async def bench_append_batch(tmp: str, report: Report, batch: int = 2048,
                               f"{max(rates):,.0f}; flush after a round: "
                               f"{statistics.median(flushes) * 1000:.0f} ms"))
             if buffered:
-                report.add(Result("2", "wire alone (request encode+decode, journal encode)",
+                report.add(Result("2", "wire alone (request encode+decode, rows pack+unpack)",
                                   _wire_rate(sid, warm, rounds[0]), "events/s",
                                   "in-process Session.append_batch", core_rate,
                                   note="the serialisation floor of the Ray path"))

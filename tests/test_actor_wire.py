@@ -22,10 +22,13 @@ from surfacelog.actors.protocol import (
     encode_append,
     encode_events,
     encode_messages,
+    pack_batch,
+    unpack_batch,
 )
-from surfacelog.schema.events import ReplaceOp
+from surfacelog.schema.events import Event, ReplaceOp
 from surfacelog.session import AppendSpec, Session
 from surfacelog.session.gcpause import gc_paused
+from surfacelog.store.rows import encode_batch
 
 
 class Clock:
@@ -123,6 +126,23 @@ def test_events_msgpack_cannot_hold_travel_as_the_list() -> None:
     payload = encode_events(events)
     assert payload == events
     assert decode_events(payload) == events
+
+
+def test_rows_travel_to_the_journal_as_they_were_encoded() -> None:
+    """The journal inserts exactly the rows the session actor encoded: every column,
+    and values SQLite will refuse (a float time, ``ignorable`` false) as they were, so
+    that it refuses them as it would in process."""
+    session = Session(clock=Clock())
+    events = session.append_batch(_specs())
+    batch = encode_batch("s", events)
+    payload = pack_batch(batch)
+    assert isinstance(payload, bytes) and unpack_batch(payload) == batch
+    odd = encode_batch("s", [Event("x/y", 0, 2.5, {}),  # type: ignore[arg-type]
+                             Event("x/y", 1, 3, None, ignorable=False)])  # type: ignore[arg-type]
+    back = unpack_batch(pack_batch(odd))
+    assert back == odd and type(back.rows[0][3]) is float and back.rows[1][7] is False
+    big = encode_batch("s", [Event("x/y", 0, 2**70, {})])  # beyond msgpack: the batch
+    assert pack_batch(big) is big and unpack_batch(big) is big
 
 
 def test_messages_travel_as_msgpack_or_as_the_list() -> None:

@@ -4,7 +4,7 @@ compaction and prune requests, staleness, fencing."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -13,7 +13,6 @@ from surfacelog.actors.host import RELOAD, SessionHost
 from surfacelog.actors.protocol import CompactionRequest, Conflict, SessionUnavailable
 from surfacelog.actors.script import AgentScript, ScriptConfig
 from surfacelog.schema.errors import SurfaceError
-from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec, replay
 from surfacelog.session.compaction_policy import (
     SUMMARY_NOT_SMALLER,
@@ -24,6 +23,7 @@ from surfacelog.session.compaction_policy import (
     safe_cuts,
 )
 from surfacelog.store.base import CommitFailed, WriterFenced
+from surfacelog.store.rows import EncodedBatch
 from surfacelog.store.sqlite import SqliteEventStore
 
 
@@ -225,9 +225,10 @@ class LostAckStore(SqliteEventStore):
 
     lose_next = False
 
-    async def append(self, session_id: str, events: Sequence[Event], *, epoch: int,
-                     durable: bool = True) -> None:
-        await super().append(session_id, events, epoch=epoch, durable=durable)
+    async def append_stored(self, session_id: str, batch: EncodedBatch, *, epoch: int,
+                            durable: bool = True, resend: bool = False) -> None:
+        await super().append_stored(session_id, batch, epoch=epoch, durable=durable,
+                                    resend=resend)
         if self.lose_next:
             self.lose_next = False
             raise CommitFailed("the commit's acknowledgement was lost")

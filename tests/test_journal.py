@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,10 @@ from sessiongen import build_session, open_turn
 from sessiongen import header as header_for
 
 from surfacelog.actors.journal import JournalActor, JournalStore
-from surfacelog.actors.protocol import EventsPayload
+from surfacelog.actors.protocol import BatchPayload
 from surfacelog.session import END_SEED, AppendSpec, Session
-from surfacelog.store.base import CorruptStore
-from surfacelog.store.sqlite import SqliteEventStore
+from surfacelog.store.base import CorruptStore, EventStore
+from surfacelog.store.sqlite import SqliteEventStore, sqlite_backend
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 
@@ -29,10 +30,10 @@ def gated_journal(db: str) -> Any:
 
     class GatedJournal(JournalActor):
         def __init__(self, db: str) -> None:
-            super().__init__(db, {})
+            super().__init__(sqlite_backend(db))
             self._gate = asyncio.Event()
 
-        async def append_many(self, batches: list[tuple[str, EventsPayload, int]],
+        async def append_many(self, batches: list[tuple[str, BatchPayload, int]],
                               resend: bool = False) -> list[BaseException | None]:
             await self._gate.wait()
             return await super().append_many(batches, resend)
@@ -104,7 +105,7 @@ def crashing_journal(db: str, marker: str, when: str) -> Any:
 
     class CrashingJournal(JournalActor):
         def __init__(self, db: str, marker: str, when: str) -> None:
-            super().__init__(db, {})
+            super().__init__(sqlite_backend(db))
             self._marker = Path(marker)
             self._when = when
 
@@ -114,16 +115,16 @@ def crashing_journal(db: str, marker: str, when: str) -> Any:
             self._marker.touch()
             return True
 
-        async def append(self, session_id: str, events: EventsPayload, epoch: int,
+        async def append(self, session_id: str, batch: BatchPayload, epoch: int,
                          durable: bool, resend: bool = False) -> None:
             crash = self._crash_now()
             if crash and self._when == "before":
                 os._exit(1)
-            await super().append(session_id, events, epoch, durable, resend)
+            await super().append(session_id, batch, epoch, durable, resend)
             if crash:
                 os._exit(1)
 
-        async def append_many(self, batches: list[tuple[str, EventsPayload, int]],
+        async def append_many(self, batches: list[tuple[str, BatchPayload, int]],
                               resend: bool = False) -> list[BaseException | None]:
             crash = self._crash_now()
             if crash and self._when == "before":
@@ -159,7 +160,7 @@ async def test_writes_survive_a_journal_crash(tmp_path: Path, when: str,
 
 
 async def _both_stores(path: Path) -> tuple[Any, JournalStore]:
-    journal = ray.remote(JournalActor).remote(str(path), {})
+    journal = ray.remote(JournalActor).remote(sqlite_backend(str(path)))
     return journal, JournalStore(journal, ship_delay_s=0.0)
 
 
@@ -207,19 +208,25 @@ async def test_a_corrupt_session_is_refused_the_same_way_through_the_journal(
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("UPDATE events SET data = '{not json' WHERE session_id = 'c' AND seq = 7")
     conn.close()
+    def calls(store: EventStore) -> list[Callable[[str], Awaitable[object]]]:
+        return [store.load, store.open_session,
+                lambda sid: store.open_or_create(header_for(sid))]
+
     store = await SqliteEventStore.open(path)
+    local = []
     try:
-        with pytest.raises(CorruptStore) as local:
-            await store.load("c")
+        for call in calls(store):
+            with pytest.raises(CorruptStore) as refused:
+                await call("c")
+            local.append(str(refused.value))
     finally:
         await store.close()
     journal, remote = await _both_stores(path)
     try:
-        for call in (remote.load, remote.open_session,
-                     lambda sid: remote.open_or_create(header_for(sid))):
+        for call, message in zip(calls(remote), local, strict=True):
             with pytest.raises(CorruptStore) as got:
                 await call("c")
-            assert str(got.value) == str(local.value)
+            assert str(got.value) == message
             assert (got.value.session_id, got.value.seq) == ("c", 7)
     finally:
         await remote.close()

@@ -45,6 +45,7 @@ from surfacelog.actors.session_actor import RemoteSessionHost
 from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
 from surfacelog.store.base import CommitFailed, SessionInfo, StoreError
+from surfacelog.store.sqlite import sqlite_backend
 
 RETRY_FOR_S = 30.0
 """How long a handle keeps resending an idempotent request whose actor died or is
@@ -191,6 +192,7 @@ def connect(address: str | None = None, db: str = "surfacelog.db", *,
     """Connect to (or start) Ray and the journal of ``db``; returns a ``Host``.
 
     ``address=None`` starts an embedded local Ray unless one is initialised already.
+    The journal's backend is ``SqliteEventStore.open(db, **store_options)``.
     ``journal_resources`` pins the journal actor to the node that holds the database
     file (give that node a custom resource). Raises ``VersionRefused`` when ``db`` was
     written by another build.
@@ -202,7 +204,7 @@ def connect(address: str | None = None, db: str = "surfacelog.db", *,
         name=journal_name(path), namespace=NAMESPACE, get_if_exists=True,
         lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,
         max_concurrency=_MAX_CONCURRENCY, resources=journal_resources or {},
-    ).remote(path, store_options or {})
+    ).remote(sqlite_backend(path, **(store_options or {})))
     try:
         ray.get(journal.ready.remote())
     except RayTaskError as exc:

@@ -95,8 +95,9 @@ class SessionHost:
     async def activate(cls, session_id: str, store: EventStore, *,
                        durability: Durability = "durable", create: bool = True,
                        cwd: str | None = None) -> SessionHost:
-        """Take ``session_id`` for writing: load it (the store validates it, appends the
-        seed marker and crash-repair closers durably, and bumps the writer epoch), or
+        """Take ``session_id`` for writing: load it (the shared activation,
+        ``surfacelog.store.activation``, bumps the writer epoch, validates the log and
+        appends the seed marker and crash-repair closers durably, over any store), or
         create it when missing and ``create``. Raises ``SessionNotFound``,
         ``CorruptStore``."""
         started = time.perf_counter()

@@ -1,15 +1,21 @@
-"""The journal: one Ray actor per database file owns the SQLite connection and commits
-the batches of every session together (group commit), like Akka Persistence's journal.
+"""The journal: one Ray actor per database file owns its one writer and commits the
+batches of every session together (group commit), like Akka Persistence's journal.
 
-``JournalActor`` wraps the in-process ``SqliteEventStore``; ``JournalStore`` is the
-``EventStore`` a session actor uses to reach it. Durable appends await the journal's
-commit. Buffered appends return at once: they are queued in the session actor's process
-and shipped to the journal in order by one sender task, batches of many sessions in one
-call; a failure is kept for its session and raised by that session's next append or
-flush. The sender lingers up to ``ship_delay_s`` so that one call carries many appends
-(each Ray call costs the actor about as much CPU as serving a request); a flush, a durable
-append or ``SHIP_EVENTS`` queued events ship at once. Past ``MAX_BUFFERED_EVENTS``
-uncommitted events a buffered append waits for the journal (backpressure).
+``JournalActor`` wraps an in-process backend (any ``EventStore``; ``SqliteEventStore``
+for a SQLite file), which it opens through the picklable opener it is built with;
+``JournalStore`` is the ``EventStore`` a session actor uses to reach it. Both deal in
+rows only: a session actor encodes each batch to rows once, in its own process, ships
+them as msgpack bytes, and the journal inserts them without decoding events; a read
+comes back as rows that the session actor decodes (and activates) itself.
+
+Durable appends await the journal's commit. Buffered appends return at once: they are
+queued in the session actor's process and shipped to the journal in order by one sender
+task, batches of many sessions in one call; a failure is kept for its session and raised
+by that session's next append or flush. The sender lingers up to ``ship_delay_s`` so that
+one call carries many appends (each Ray call costs the actor about as much CPU as
+serving a request); a flush, a durable append or ``SHIP_EVENTS`` queued events ship at
+once. Past ``MAX_BUFFERED_EVENTS`` uncommitted events a buffered append waits for the
+journal (backpressure).
 
 When the journal dies, Ray restarts it and every write it had not answered is sent again,
 marked as a resend: the new journal takes a batch the old one committed as written and
@@ -22,28 +28,28 @@ import asyncio
 import contextlib
 import hashlib
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar
 
 import ray
 
 from surfacelog.actors.protocol import (
-    EventsPayload,
-    decode_events,
+    BatchPayload,
     decode_stored,
-    encode_events,
     encode_stored,
+    pack_batch,
+    unpack_batch,
 )
 from surfacelog.actors.retry import through_restarts
-from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
-from surfacelog.session.session import Session
-from surfacelog.store.base import EventStore, OpenedSession, SessionInfo, SessionNotFound
-from surfacelog.store.sqlite import SqliteEventStore
-from surfacelog.store.stored import StoredSession, reopen, replay_stored
+from surfacelog.store.base import EventStore, SessionInfo
+from surfacelog.store.rows import EncodedBatch
+from surfacelog.store.stored import StoredSession
 
 T = TypeVar("T")
+BackendOpener = Callable[[], Awaitable[EventStore]]
+"""What a journal is built with: a picklable callable that opens its backend."""
 NAMESPACE = "surfacelog"
 SHIP_DELAY_S = 0.05
 """How long buffered batches wait in a session actor for company before shipping."""
@@ -85,67 +91,76 @@ def journal_name(db: str) -> str:
 
 
 class JournalActor:
-    """Owns the database file's one writer connection. Every method forwards to the
-    in-process store; errors cross Ray as the store's own exception types."""
+    """Owns the database's one writer: the backend its opener returns, any
+    ``EventStore``. Every method forwards to a primitive of that backend; rows cross
+    Ray as bytes (``pack_batch``, ``encode_stored``), errors as the store's own
+    exception types.
 
-    def __init__(self, db: str, store_options: dict[str, Any]) -> None:
-        self._db = db
-        self._options = store_options
-        self._store: SqliteEventStore | None = None
+    ``open_backend`` is called (once, on first use) in the journal's process, and again
+    in a new process when Ray restarts the journal, so it must pickle: e.g.
+    ``functools.partial(SqliteEventStore.open, path, **options)`` (see
+    ``sqlite_backend``). The journal never names a backend class: a second backend
+    plugs in through the opener alone.
+    """
+
+    def __init__(self, open_backend: BackendOpener) -> None:
+        self._open_backend = open_backend
+        self._store: EventStore | None = None
         self._opening = asyncio.Lock()
 
-    async def _get(self) -> SqliteEventStore:
+    async def _get(self) -> EventStore:
         if self._store is None:
             async with self._opening:
                 if self._store is None:
-                    self._store = await SqliteEventStore.open(self._db, **self._options)
+                    self._store = await self._open_backend()
         return self._store
 
-    async def ready(self) -> str:
-        """Open the database (bump-and-reject happens here); returns its path."""
+    async def ready(self) -> None:
+        """Open the backend (for SQLite, bump-and-reject happens here)."""
         await self._get()
-        return self._db
 
     async def pid(self) -> int:
         """The process serving this actor: a new one after Ray restarts it."""
         return os.getpid()
 
-    async def create(self, header: SessionHeader, events: Sequence[Event]) -> int:
-        result = await (await self._get()).create(header, events)
+    async def create_stored(self, header: SessionHeader, batch: BatchPayload) -> int:
+        """``EventStore.create_stored``."""
+        result = await (await self._get()).create_stored(header, unpack_batch(batch))
         return result
 
-    async def open_stored(self, session_id: str) -> bytes:
-        """Take ``session_id`` for writing (the epoch bump) and read it whole, as
-        ``encode_stored`` bytes: the session actor decodes, validates and repairs it
-        itself (a pickled ``Session`` would cost more than the read)."""
+    async def read_stored(self, session_id: str, since: int, limit: int | None,
+                          bump: bool) -> bytes:
+        """``EventStore.read_stored``, as ``encode_stored`` bytes: the session actor
+        decodes (and, activating, validates and repairs) the rows itself, since a
+        pickled ``Session`` or events would cost more than the read."""
         store = await self._get()
-        return encode_stored(await store.read_stored(session_id, bump=True))
+        return encode_stored(await store.read_stored(session_id, since=since, limit=limit,
+                                                     bump=bump))
 
-    async def open_or_create_stored(self, header: SessionHeader) -> bytes | int:
-        """``open_stored(header.id)``; when it is not stored, ``create(header)``'s
-        writer epoch. One round trip for a session actor's activation."""
-        store = await self._get()
-        try:
-            return encode_stored(await store.read_stored(header.id, bump=True))
-        except SessionNotFound:
-            return await store.create(header)
+    async def read_stored_or_create(self, header: SessionHeader) -> bytes | int:
+        """``EventStore.read_stored_or_create``: the read as ``encode_stored`` bytes, or
+        the new session's writer epoch. One round trip for a session actor's
+        activation."""
+        got = await (await self._get()).read_stored_or_create(header)
+        return got if isinstance(got, int) else encode_stored(got)
 
-    async def append(self, session_id: str, events: EventsPayload, epoch: int,
+    async def append(self, session_id: str, batch: BatchPayload, epoch: int,
                      durable: bool, resend: bool = False) -> None:
-        """Append one batch (``encode_events`` bytes or the events). ``resend``: sent
-        again after the journal died (see ``SqliteEventStore.append``)."""
-        await (await self._get()).append(session_id, decode_events(events), epoch=epoch,
-                                         durable=durable, resend=resend)
+        """``EventStore.append_stored`` of one batch of rows (``pack_batch``), inserted
+        as they are. ``resend``: sent again after the journal died."""
+        await (await self._get()).append_stored(session_id, unpack_batch(batch),
+                                                epoch=epoch, durable=durable,
+                                                resend=resend)
 
     async def append_many(
-        self, batches: list[tuple[str, EventsPayload, int]], resend: bool = False,
+        self, batches: list[tuple[str, BatchPayload, int]], resend: bool = False,
     ) -> list[BaseException | None]:
         """Commit several sessions' batches (in order per session); one result each."""
         store = await self._get()
         results = await asyncio.gather(
-            *(store.append(sid, decode_events(events), epoch=epoch, durable=True,
-                           resend=resend)
-              for sid, events, epoch in batches),
+            *(store.append_stored(sid, unpack_batch(batch), epoch=epoch, durable=True,
+                                  resend=resend)
+              for sid, batch, epoch in batches),
             return_exceptions=True,
         )
         return list(results)
@@ -153,26 +168,12 @@ class JournalActor:
     async def flush(self) -> None:
         await (await self._get()).flush()
 
-    async def header(self, session_id: str) -> SessionHeader:
-        result = await (await self._get()).header(session_id)
-        return result
-
-    async def read_since(self, session_id: str, since_seq: int,
-                         limit: int | None) -> list[Event]:
-        result = await (await self._get()).read_since(session_id, since_seq, limit)
-        return result
-
-    async def load_stored(self, session_id: str) -> bytes:
-        """The whole session as stored (no epoch bump), as ``encode_stored`` bytes."""
-        store = await self._get()
-        return encode_stored(await store.read_stored(session_id))
-
     async def list_sessions(self) -> list[SessionInfo]:
         result = await (await self._get()).list_sessions()
         return result
 
     async def stats(self) -> dict[str, Any]:
-        """The store's commit counters (commits, events committed...)."""
+        """The backend's counters (for SQLite: commits, events committed...)."""
         store = await self._get()
         return dict(store.stats())
 
@@ -183,14 +184,17 @@ class JournalActor:
 
 
 class JournalStore(EventStore):
-    """``EventStore`` over a journal actor handle, for use inside session actors."""
+    """The ``EventStore`` primitives over a journal actor handle, for use inside session
+    actors; activation and the encoding of events to rows come from ``EventStore`` and
+    so run here, in the session actor, not in the journal."""
 
     def __init__(self, journal: Any, ship_delay_s: float = SHIP_DELAY_S,
                  max_buffered_events: int = MAX_BUFFERED_EVENTS) -> None:
         self._journal = journal
         self._ship_delay_s = ship_delay_s
         self._max_buffered = max_buffered_events
-        self._queue: list[tuple[str, EventsPayload, int, int]] = []
+        self._queue: list[tuple[str, BatchPayload, int, int]] = []
+        self._queued_resend = False
         self._queued_events = 0
         self._buffered_events = 0  # queued or in flight
         self._room = asyncio.Event()
@@ -202,46 +206,46 @@ class JournalStore(EventStore):
         self._sender: asyncio.Task[None] | None = None
         self._failed: dict[str, BaseException] = {}
 
-    async def create(self, header: SessionHeader, events: Sequence[Event] = ()) -> int:
-        epoch: int = await self._journal.create.remote(header, list(events))
+    async def create_stored(self, header: SessionHeader, batch: EncodedBatch) -> int:
+        epoch: int = await self._journal.create_stored.remote(header, pack_batch(batch))
         return epoch
 
     async def _settle(self, session_id: str) -> None:
-        """Before (re)opening ``session_id``: let every batch still buffered here reach
-        the journal (a reload after a failed write may leave some), then forget its
-        failures, which the store's state now accounts for."""
+        """Before taking ``session_id`` for writing: let every batch still buffered here
+        reach the journal (a reload after a failed write may leave some), then forget
+        its failures, which the store's state now accounts for."""
         await self.flush_session_queue()
         self._failed.pop(session_id, None)
 
-    async def open_session(self, session_id: str) -> OpenedSession:
-        await self._settle(session_id)
-        payload: bytes = await self._journal.open_stored.remote(session_id)
-        return await self._reopen(session_id, decode_stored(payload))
+    async def read_stored(self, session_id: str, *, since: int = 0,
+                          limit: int | None = None, bump: bool = False) -> StoredSession:
+        if bump:
+            await self._settle(session_id)
+        payload: bytes = await self._journal.read_stored.remote(session_id, since, limit,
+                                                                bump)
+        return decode_stored(payload)
 
-    async def open_or_create(self, header: SessionHeader) -> OpenedSession:
+    async def read_stored_or_create(self, header: SessionHeader) -> StoredSession | int:
+        """One round trip to the journal (see ``EventStore.read_stored_or_create``)."""
         await self._settle(header.id)
-        answer: bytes | int = await self._journal.open_or_create_stored.remote(header)
-        if isinstance(answer, int):
-            return OpenedSession(Session(header=header), answer, ())
-        return await self._reopen(header.id, decode_stored(answer))
-
-    async def _reopen(self, session_id: str, stored: StoredSession) -> OpenedSession:
-        """The session of a read that took it for writing, with its seed marker and
-        crash-repair closers stored durably first (as ``SqliteEventStore.open_session``
-        does). Raises ``CorruptStore``, ``WriterFenced``, store errors."""
-        session, repaired = reopen(session_id, stored)
-        if repaired:
-            await self.append(session_id, repaired, epoch=stored.epoch, durable=True)
-        return OpenedSession(session, stored.epoch, repaired)
+        answer: bytes | int = await self._journal.read_stored_or_create.remote(header)
+        return answer if isinstance(answer, int) else decode_stored(answer)
 
     def _raise_failed(self, session_id: str) -> None:
         exc = self._failed.pop(session_id, None)
         if exc is not None:
             raise exc
 
-    async def append(self, session_id: str, events: Sequence[Event], *, epoch: int,
-                     durable: bool = True) -> None:
+    async def append_stored(self, session_id: str, batch: EncodedBatch, *, epoch: int,
+                            durable: bool = True, resend: bool = False) -> None:
+        """Ship ``batch``'s rows to the journal: ``durable``, at once, awaiting the
+        commit; otherwise queue them for the sender (see the module's docstring), which
+        may first wait for room. Raises the failure of an earlier buffered batch of the
+        session, else the journal's errors for a durable batch."""
         self._raise_failed(session_id)
+        count = len(batch.rows)
+        if not count:
+            return
         if not durable:
             # Wait before queueing, never after: a caller cancelled while waiting rolls
             # its events back, and they must not be on their way to the journal.
@@ -249,15 +253,18 @@ class JournalStore(EventStore):
                 self._room.clear()
                 self._urgent.set()
                 await self._room.wait()
-        payload = self._encode(events)
+        payload = pack_batch(batch)
         if durable:
             await self.flush_session_queue()
-            await _resending(partial(self._journal.append.remote, session_id, payload,
-                                     epoch, True))
+            await _resending(lambda again: self._journal.append.remote(
+                session_id, payload, epoch, True, resend or again))
             return
-        self._queue.append((session_id, payload, epoch, len(events)))
-        self._queued_events += len(events)
-        self._buffered_events += len(events)
+        self._queue.append((session_id, payload, epoch, count))
+        # A resend marks its whole shipment, which is harmless for the others: a writer
+        # sends each seq once, so seqs stored under its epoch can only be that batch.
+        self._queued_resend = self._queued_resend or resend
+        self._queued_events += count
+        self._buffered_events += count
         if self._queued_events >= SHIP_EVENTS:
             self._urgent.set()
         self._idle.clear()
@@ -269,9 +276,6 @@ class JournalStore(EventStore):
     def buffered_events(self) -> int:
         """Buffered events not yet committed (queued or shipped)."""
         return self._buffered_events
-
-    def _encode(self, events: Sequence[Event]) -> EventsPayload:
-        return encode_events(events if isinstance(events, list) else list(events))
 
     async def _send_loop(self) -> None:
         while True:
@@ -286,10 +290,11 @@ class JournalStore(EventStore):
                     await asyncio.wait_for(self._urgent.wait(), self._ship_delay_s)
             self._urgent.clear()
             batches, self._queue = self._queue, []
+            resend, self._queued_resend = self._queued_resend, False
             self._queued_events = 0
             wire = [(sid, payload, epoch) for sid, payload, epoch, _ in batches]
             try:
-                results = await _resending(partial(self._journal.append_many.remote, wire))
+                results = await _resending(partial(self._append_many, wire, resend))
             except Exception as exc:  # the journal is unreachable: fail every batch
                 results = [exc] * len(batches)
             for (sid, _payload, _epoch), result in zip(wire, results, strict=True):
@@ -298,6 +303,12 @@ class JournalStore(EventStore):
             self._buffered_events -= sum(count for *_, count in batches)
             if self._buffered_events < self._max_buffered:
                 self._room.set()
+
+    def _append_many(self, wire: list[tuple[str, BatchPayload, int]], resend: bool,
+                     again: bool) -> Any:
+        """The journal call that ships queued batches (``again``: sent again after the
+        journal died)."""
+        return self._journal.append_many.remote(wire, resend or again)
 
     async def flush_session_queue(self) -> None:
         """Wait until every buffered batch reached the journal and was committed."""
@@ -316,20 +327,6 @@ class JournalStore(EventStore):
         await self.flush_session_queue()
         await flush_journal(self._journal)
         self._raise_failed(session_id)
-
-    async def header(self, session_id: str) -> SessionHeader:
-        header: SessionHeader = await self._journal.header.remote(session_id)
-        return header
-
-    async def read_since(self, session_id: str, since_seq: int = 0,
-                         limit: int | None = None) -> list[Event]:
-        events: list[Event] = await self._journal.read_since.remote(session_id, since_seq,
-                                                                      limit)
-        return events
-
-    async def load(self, session_id: str) -> Session:
-        payload: bytes = await self._journal.load_stored.remote(session_id)
-        return replay_stored(session_id, decode_stored(payload))
 
     async def list_sessions(self) -> list[SessionInfo]:
         sessions: list[SessionInfo] = await self._journal.list_sessions.remote()

@@ -8,8 +8,10 @@ reply as msgpack, usually an ``AppendAck`` (the first seq and the time) from whi
 client makes the logged events itself when they are read (``LoggedEvents``). Ray pickles
 anything else with cloudpickle, which calls back into Python for every struct and every
 ``UNSET`` field; on the append path that cost more than the Ray call itself. For the
-same reason a session actor activates from the journal's read of the session as msgpack
-rows (``encode_stored``) and decodes and validates it itself.
+same reason the rows of the database cross between a session actor and the journal as
+msgpack bytes both ways: a session actor activates from the journal's read of the
+session (``encode_stored``) and decodes and validates it itself, and it encodes the rows
+of each batch it writes (``pack_batch``), which the journal inserts as they are.
 
 The replace requests (``CompactionRequest``, ``PruneRequest``) are the core's
 (``surfacelog.session.compaction``), re-exported here.
@@ -31,6 +33,7 @@ from surfacelog.session.compaction import CompactionRequest as CompactionRequest
 from surfacelog.session.compaction import PruneRequest as PruneRequest
 from surfacelog.session.compaction import StaleRequest
 from surfacelog.session.gcpause import gc_paused
+from surfacelog.store.rows import EncodedBatch
 from surfacelog.store.stored import StoredSession
 
 
@@ -73,6 +76,33 @@ def decode_stored(payload: bytes) -> StoredSession:
     """The read of ``encode_stored``."""
     with gc_paused():
         return _STORED_DECODER.decode(payload)
+
+
+BatchPayload = bytes | EncodedBatch
+"""A batch of rows on its way to the journal: msgpack bytes, or the batch itself when
+msgpack cannot hold a value of it (an integer beyond 64 bits, which the database then
+refuses with ``BadEvent`` exactly as it would in process)."""
+
+# Typed: the journal gets the rows as tuples, which decodes faster than untyped lists.
+_BATCH_DECODER: Final = msgspec.msgpack.Decoder(EncodedBatch)
+
+
+def pack_batch(batch: EncodedBatch) -> BatchPayload:
+    """A batch of rows (``encode_batch``) for ``unpack_batch``: the rows are strings and
+    integers already, so this is little more than a copy, and Ray moves bytes faster
+    than any other value."""
+    try:
+        return _MSGPACK_ENCODER.encode(batch)
+    except (TypeError, OverflowError, msgspec.EncodeError):
+        return batch
+
+
+def unpack_batch(payload: BatchPayload) -> EncodedBatch:
+    """The batch of ``pack_batch``, equal to the packed one."""
+    if isinstance(payload, bytes):
+        with gc_paused():
+            return _BATCH_DECODER.decode(payload)
+    return payload
 
 
 _EXACT_DATA: Final = frozenset({dict, list, str, int, bool, type(None), UnsetType})

@@ -1,4 +1,5 @@
-"""Persistence: the EventStore interface and its aiosqlite implementation."""
+"""Persistence: the EventStore interface, activation built on it, and its aiosqlite
+implementation."""
 
 from surfacelog.store.base import (
     BadEvent,
@@ -16,7 +17,7 @@ from surfacelog.store.base import (
 )
 from surfacelog.store.jsonl import export_session, import_log
 from surfacelog.store.schema_check import APPLICATION_ID, SCHEMA_VERSION
-from surfacelog.store.sqlite import SqliteEventStore
+from surfacelog.store.sqlite import SqliteEventStore, sqlite_backend
 from surfacelog.store.verify import VerifyFailure, verify_store
 from surfacelog.store.writer import WriterStats
 
@@ -40,5 +41,6 @@ __all__ = [
     "WriterStats",
     "export_session",
     "import_log",
+    "sqlite_backend",
     "verify_store",
 ]

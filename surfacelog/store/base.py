@@ -1,80 +1,42 @@
-"""The storage interface every event store implements (in-process or behind a journal
-actor), and its error types.
+"""The storage interface every event store implements (in-process, or a proxy to a
+journal actor), and its error types.
 
-An event store is an ordered list of event records per session plus one header and one
-writer epoch per session. It knows SQLite and files, not Ray; it validates nothing about
-surface rules itself: ``open_session`` and ``load`` hand the events to the core.
+An event store is an ordered list of event rows per session plus one header and one
+writer epoch per session. Like a recorder in the ``eventsourcing`` library, a backend
+provides only a few primitives on rows (``EventStore``'s abstract methods): create a
+session, append a batch under an epoch, read a session (optionally bumping its epoch),
+list, flush, close. Everything above rows is built once on those primitives and is the
+same for every backend: encoding events to rows and back (``rows``), activation
+(``activation``: validate, seed marker, crash repair, epoch bump). The store validates
+nothing about surface rules itself: activation and ``load`` hand the events to the core.
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from typing import final
 
 from msgspec import Struct
 
 from surfacelog.schema.events import Event
-from surfacelog.schema.header import SessionHeader
+from surfacelog.schema.header import SessionHeader, check_header
 from surfacelog.session.session import Session
-
-
-class StoreError(Exception):
-    """Base of every store error."""
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), self.args)
-
-
-class CorruptStore(StoreError):
-    """Stored rows cannot be decoded or break the log's rules.
-
-    ``session_id`` and ``seq`` name where (``seq`` is ``None`` when the problem is not
-    about one event, e.g. an unreadable header or a wrong row count).
-    """
-
-    def __init__(self, message: str, session_id: str | None = None,
-                 seq: int | None = None) -> None:
-        super().__init__(message)
-        self.session_id = session_id
-        self.seq = seq
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.args[0], self.session_id, self.seq))
-
-
-class VersionRefused(StoreError):
-    """The database file was written by another build (bump-and-reject: left untouched)."""
-
-
-class SeqMismatch(StoreError):
-    """A batch does not start at the stored next seq of its session (gap or duplicate)."""
-
-
-class WriterFenced(StoreError):
-    """The writer's epoch is stale: another writer took the session; nothing was written."""
-
-
-class BadEvent(StoreError):
-    """An event cannot be stored as a row (a value that is not JSON, a field of the wrong
-    type or out of range). The store does not validate surface rules: events are
-    expected to come from a ``Session``. Nothing of the batch was written."""
-
-
-class CommitFailed(StoreError):
-    """A group commit failed (disk I/O error, database locked past the busy timeout...).
-
-    The batches of that group are not durable but not lost either: they stay queued in
-    order and are tried again at the next append or ``flush``. The SQLite error is the
-    ``__cause__``.
-    """
-
-
-class SessionExists(StoreError):
-    """A session with this id is already stored."""
-
-
-class SessionNotFound(StoreError):
-    """No session with this id is stored."""
+from surfacelog.store import activation
+from surfacelog.store.activation import OpenedSession
+from surfacelog.store.errors import (
+    BadEvent,
+    CommitFailed,
+    CorruptStore,
+    SeqMismatch,
+    SessionExists,
+    SessionNotFound,
+    StoreError,
+    VersionRefused,
+    WriterFenced,
+)
+from surfacelog.store.rows import NO_ROWS, EncodedBatch, decode_rows, encode_batch
+from surfacelog.store.stored import StoredSession, decode_header
 
 
 class SessionInfo(Struct, frozen=True):
@@ -87,51 +49,64 @@ class SessionInfo(Struct, frozen=True):
     writer_epoch: int
 
 
-class OpenedSession(Struct, frozen=True):
-    """A session taken for writing: the live core object and the writer's epoch.
+class EventStore(abc.ABC):
+    """Async storage of session logs.
 
-    ``repaired`` holds the events the load appended (seed marker, crash-repair closers);
-    they are durable before this is returned.
+    A backend implements the primitives (the abstract methods, plus the optional ones
+    with a default: ``read_stored_or_create``, ``flush_session``, ``stats``). The
+    methods below them (``create``, ``append``, ``header``, ``read_since``, ``load``,
+    ``open_session``, ``open_or_create``) are built on the primitives, final, the same
+    for every backend.
     """
 
-    session: Session
-    epoch: int
-    repaired: tuple[Event, ...]
-
-
-class EventStore(abc.ABC):
-    """Async storage of session logs."""
+    # -- the primitives a backend provides -----------------------------------------------
 
     @abc.abstractmethod
-    async def create(self, header: SessionHeader, events: Sequence[Event] = ()) -> int:
-        """Store a new session (optionally with initial events, e.g. a fork's seed) and
-        take it for writing. Returns the writer epoch. Raises ``SessionExists``."""
+    async def create_stored(self, header: SessionHeader, batch: EncodedBatch) -> int:
+        """Store a new session: its header and its first rows (``batch`` starts at seq 0
+        and may be empty; ``create`` checks both), in one transaction, taking it for
+        writing. Returns the writer epoch (1). Raises ``SessionExists``, ``BadEvent`` (a
+        row the backend cannot store; nothing written), ``StoreError``."""
 
     @abc.abstractmethod
-    async def open_session(self, session_id: str) -> OpenedSession:
-        """Take a stored session for writing (bumping its writer epoch, which fences any
-        earlier writer), validate its log through the core, append and persist the seed
-        marker and crash-repair closers, and return it. Raises ``SessionNotFound``,
-        ``CorruptStore``."""
+    async def append_stored(self, session_id: str, batch: EncodedBatch, *, epoch: int,
+                            durable: bool = True, resend: bool = False) -> None:
+        """Persist ``batch`` (contiguous rows, as ``encode_batch`` makes them), all or
+        nothing, if it starts at the stored next seq and ``epoch`` is the session's
+        writer epoch; an empty batch does nothing.
 
-    async def open_or_create(self, header: SessionHeader) -> OpenedSession:
-        """``open_session(header.id)``; when it is not stored, ``create(header)`` and the
-        new empty session. Raises ``CorruptStore``, ``SessionExists`` (created by someone
-        else in between). A store behind a connection answers it in one round trip."""
+        ``durable``: return once the batch is committed; otherwise return once it is
+        queued (its failure then surfaces at the session's next ``flush_session``).
+        ``resend``: the same batch was sent before with an unknown outcome; if that send
+        stored it (the session holds its seqs under ``epoch``) it counts as written.
+        Raises ``SeqMismatch``, ``WriterFenced``, ``SessionNotFound``, ``BadEvent``
+        (nothing of the batch written), ``CommitFailed`` (stays queued, retried)."""
+
+    @abc.abstractmethod
+    async def read_stored(self, session_id: str, *, since: int = 0,
+                          limit: int | None = None, bump: bool = False) -> StoredSession:
+        """One consistent read of the session: its header, writer epoch, next seq and
+        committed rows with ``seq >= since`` (at most ``limit`` of them), undecoded.
+
+        ``bump`` takes the session for writing: batches this store accepted earlier are
+        committed (or failed) first, then the epoch bump and the read happen in one
+        transaction, so the read is final and any older writer is fenced from then on.
+        Raises ``SessionNotFound``, ``StoreError``."""
+
+    async def read_stored_or_create(self, header: SessionHeader) -> StoredSession | int:
+        """``read_stored(header.id, bump=True)``; when it is not stored, store it new with
+        ``header`` and no events and return its writer epoch. A backend behind a
+        connection overrides it to answer in one round trip. Raises ``SessionExists``
+        (created by someone else in between), ``surfacelog.schema.DecodeError`` (a
+        header this build cannot read), the store's errors."""
         try:
-            return await self.open_session(header.id)
+            return await self.read_stored(header.id, bump=True)
         except SessionNotFound:
-            epoch = await self.create(header)
-            return OpenedSession(Session(header=header), epoch, ())
+            return await self.create_stored(check_header(header), NO_ROWS)
 
     @abc.abstractmethod
-    async def append(self, session_id: str, events: Sequence[Event], *, epoch: int,
-                     durable: bool = True) -> None:
-        """Persist a batch that starts at the stored next seq, all or nothing.
-
-        ``durable``: wait until the batch is committed; otherwise return once queued
-        (errors then surface at the next ``flush``). Raises ``SeqMismatch``,
-        ``WriterFenced``, ``SessionNotFound``."""
+    async def list_sessions(self) -> list[SessionInfo]:
+        """Every stored session, ordered by id (``length`` = committed events)."""
 
     @abc.abstractmethod
     async def flush(self) -> None:
@@ -144,23 +119,93 @@ class EventStore(abc.ABC):
         await self.flush()
 
     @abc.abstractmethod
-    async def header(self, session_id: str) -> SessionHeader:
-        """The session's header. Raises ``SessionNotFound``."""
-
-    @abc.abstractmethod
-    async def read_since(self, session_id: str, since_seq: int = 0,
-                         limit: int | None = None) -> list[Event]:
-        """Committed events with ``seq >= since_seq`` in seq order."""
-
-    @abc.abstractmethod
-    async def load(self, session_id: str) -> Session:
-        """The stored log replayed through the core, read-only (no marker, no repair,
-        no epoch bump). Raises ``SessionNotFound``, ``CorruptStore``."""
-
-    @abc.abstractmethod
-    async def list_sessions(self) -> list[SessionInfo]:
-        """Every stored session, ordered by id."""
-
-    @abc.abstractmethod
     async def close(self) -> None:
         """Flush and release the database."""
+
+    def stats(self) -> dict[str, int]:
+        """The backend's counters (commits, events written...); none by default."""
+        return {}
+
+    # -- built on the primitives, once for every backend ---------------------------------
+
+    @final
+    async def create(self, header: SessionHeader, events: Sequence[Event] = ()) -> int:
+        """Store a new session (optionally with initial events from seq 0, e.g. a fork's
+        seed; not validated here: ``import`` and ``fork`` validate first) and take it for
+        writing. Returns the writer epoch. Raises ``SessionExists``, ``SeqMismatch``
+        (events not contiguous from 0), ``BadEvent``, ``surfacelog.schema.DecodeError``
+        (a header this build cannot read), ``StoreError``."""
+        check_header(header)
+        batch = encode_batch(header.id, events) if events else NO_ROWS
+        if batch.start != 0:
+            raise SeqMismatch(f"session {header.id!r}: initial events start at seq "
+                              f"{batch.start}, expected 0")
+        return await self.create_stored(header, batch)
+
+    @final
+    async def append(self, session_id: str, events: Sequence[Event], *, epoch: int,
+                     durable: bool = True, resend: bool = False) -> None:
+        """Persist a batch of events that starts at the stored next seq, all or nothing
+        (see ``append_stored`` for ``durable`` and ``resend``); an empty batch does
+        nothing. The events are encoded to rows here, in the caller's process: a value
+        that cannot be stored raises ``BadEvent`` before anything is queued or sent.
+        Raises ``SeqMismatch``, ``WriterFenced``, ``SessionNotFound``, ``BadEvent``,
+        ``CommitFailed``."""
+        if events:
+            await self.append_stored(session_id, encode_batch(session_id, events),
+                                     epoch=epoch, durable=durable, resend=resend)
+
+    @final
+    async def header(self, session_id: str) -> SessionHeader:
+        """The session's header. Raises ``SessionNotFound``, ``CorruptStore``."""
+        stored = await self.read_stored(session_id, limit=0)
+        return decode_header(session_id, stored.header)
+
+    @final
+    async def read_since(self, session_id: str, since_seq: int = 0,
+                         limit: int | None = None) -> list[Event]:
+        """Committed events with ``seq >= since_seq``, at most ``limit`` of them, in seq
+        order (decoded, not validated). Raises ``SessionNotFound``, ``CorruptStore``,
+        ``ValueError`` for a negative limit."""
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be >= 0, got {limit}")
+        since = max(since_seq, 0)
+        stored = await self.read_stored(session_id, since=since, limit=limit)
+        return decode_rows(session_id, stored.rows, since)
+
+    @final
+    async def load(self, session_id: str) -> Session:
+        """The stored log replayed through the core, read-only (no seed marker, no
+        repair, no epoch bump). Raises ``SessionNotFound``, ``CorruptStore``."""
+        return await activation.load(self, session_id)
+
+    @final
+    async def open_session(self, session_id: str) -> OpenedSession:
+        """Take a stored session for writing (see ``activation.open_session``): bump its
+        writer epoch, validate its log through the core, append and persist the seed
+        marker and crash-repair closers. Raises ``SessionNotFound``, ``CorruptStore``,
+        ``WriterFenced``, the store's errors."""
+        return await activation.open_session(self, session_id)
+
+    @final
+    async def open_or_create(self, header: SessionHeader) -> OpenedSession:
+        """``open_session(header.id)``; when it is not stored, ``create(header)`` and the
+        new empty session. Raises ``CorruptStore``, ``SessionExists`` (created by
+        someone else in between), the store's errors."""
+        return await activation.open_or_create(self, header)
+
+
+__all__ = [
+    "BadEvent",
+    "CommitFailed",
+    "CorruptStore",
+    "EventStore",
+    "OpenedSession",
+    "SeqMismatch",
+    "SessionExists",
+    "SessionInfo",
+    "SessionNotFound",
+    "StoreError",
+    "VersionRefused",
+    "WriterFenced",
+]

@@ -6,7 +6,8 @@ statements costs N thread hops and, worse, other coroutines' statements could ru
 the middle of it. Running a plain function on the connection thread avoids both: the
 function owns the ``sqlite3.Connection`` for its whole duration. aiosqlite exposes no
 public call for this, so ``run`` uses ``Connection._execute`` (the method every public
-aiosqlite call goes through); ``_check_aiosqlite`` fails loudly if a release removes it.
+aiosqlite call goes through); ``_check_aiosqlite`` fails loudly if a release removes it,
+and pyproject.toml pins aiosqlite to the releases this was tested with (0.22.x).
 
 The connection thread is made a daemon before it starts (``Connection._thread``, checked
 the same way). aiosqlite starts an ordinary thread, which keeps the interpreter from

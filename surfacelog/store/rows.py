@@ -12,11 +12,9 @@ decoded in one call, which is what keeps the store within reach of raw ``execute
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from itertools import chain
 from typing import Any, Final, NamedTuple, cast
 
@@ -24,7 +22,8 @@ import msgspec
 from msgspec import UNSET
 
 from surfacelog.schema.events import Event, ReplaceOp
-from surfacelog.store.base import BadEvent, CorruptStore, SeqMismatch
+from surfacelog.session.gcpause import gc_paused
+from surfacelog.store.errors import BadEvent, CorruptStore, SeqMismatch
 
 Row = tuple[str, int, Any, Any, str | None, str | None, str | None, Any]
 """An ``events`` row as bound to the INSERT statement."""
@@ -76,11 +75,17 @@ def insert_rows(conn: sqlite3.Connection, rows: Sequence[Row]) -> None:
 
 class EncodedBatch(NamedTuple):
     """A batch ready to insert: its first seq, its rows, the last event's time (``None``
-    for an empty batch, which only a create queues)."""
+    for an empty batch, which only a create stores). Plain data (strings and integers),
+    so it crosses processes as it is: the writer of a batch encodes it once, and whoever
+    stores it inserts the rows without decoding them."""
 
     start: int
     rows: list[Row]
     last_time: int | None
+
+
+NO_ROWS: Final = EncodedBatch(0, [], None)
+"""The batch of a session created without events."""
 
 
 def _json(value: Any, event: Event, field: str) -> str:
@@ -184,7 +189,7 @@ def decode_rows(session_id: str, rows: Sequence[StoredRow], first_seq: int) -> l
         raise CorruptStore(f"session {session_id!r} seq {expected}: stored row is missing "
                            f"(rows are not contiguous)", session_id, expected)
     datas = [r[3] for r in rows]
-    with _gc_paused():
+    with gc_paused():
         if None not in datas:
             try:
                 values = _ANY.decode("[" + ",".join(cast(list[str], datas)) + "]")
@@ -196,20 +201,5 @@ def decode_rows(session_id: str, rows: Sequence[StoredRow], first_seq: int) -> l
         return [_decode_one(session_id, r) for r in rows]
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a log is decoded.
-
-    Decoding allocates millions of acyclic containers; each allocation burst would
-    trigger collections that traverse every live object (a process hosting many
-    sessions has many), which makes decoding about three times slower. The collector
-    is re-enabled on exit, also on error, and left alone if it was already disabled.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
+__all__ = ["INSERT_EVENTS", "NO_ROWS", "SELECT_EVENTS", "EncodedBatch", "Row", "StoredRow",
+           "decode_rows", "encode_batch", "insert_rows"]

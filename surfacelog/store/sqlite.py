@@ -4,28 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
-from typing import Final, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import msgspec
 
-from surfacelog.schema.events import Event
-from surfacelog.schema.header import SessionHeader, check_header, header_to_json
-from surfacelog.session import Session
-from surfacelog.store.base import (
-    EventStore,
-    OpenedSession,
-    SeqMismatch,
-    SessionInfo,
-    SessionNotFound,
-    StoreError,
-)
+from surfacelog.schema.header import SessionHeader, header_to_json
+from surfacelog.store.base import EventStore, SessionInfo
 from surfacelog.store.connection import ConnectionThread
-from surfacelog.store.rows import SELECT_EVENTS, EncodedBatch, decode_rows, encode_batch
+from surfacelog.store.errors import SessionNotFound, StoreError
+from surfacelog.store.rows import SELECT_EVENTS, EncodedBatch
 from surfacelog.store.schema_check import check_or_initialise, classify, inspect_file, read_shape
-from surfacelog.store.stored import StoredSession, decode_header, reopen, replay_stored
+from surfacelog.store.stored import StoredSession
 from surfacelog.store.writer import GroupWriter, NewSession
 
 Synchronous = Literal["FULL", "NORMAL"]
@@ -108,6 +100,9 @@ class SqliteEventStore(EventStore):
     caps a group, ``group_delay_ms`` is how long a non-durable batch waits for company.
     Reads (``load``, ``read_since``, ``header``, ``list_sessions``) see committed events
     only; ``flush()`` first to include queued ones. Use one store from one event loop.
+
+    It implements the ``EventStore`` primitives; ``create``, ``append``, ``load``,
+    ``open_session``... come from ``EventStore``, the same for every backend.
     """
 
     def __init__(self, path: Path, conn: ConnectionThread, writer: GroupWriter) -> None:
@@ -155,74 +150,54 @@ class SqliteEventStore(EventStore):
             raise
         return cls(path, conn, writer)
 
-    # -- writing ---------------------------------------------------------------------
+    # -- the primitives (see ``EventStore``) ----------------------------------------------
 
-    async def create(self, header: SessionHeader, events: Sequence[Event] = ()) -> int:
-        """Store a new session (with ``events`` from seq 0, e.g. a fork's seed) in one
-        transaction and take it for writing: returns writer epoch 1.
-
-        The events are not validated here (``import`` and ``fork`` validate first).
-        Raises ``SessionExists``, ``SeqMismatch`` (events not contiguous from 0),
-        ``BadEvent``, ``surfacelog.schema.DecodeError`` (a header this build cannot
-        read), ``StoreError``."""
+    async def create_stored(self, header: SessionHeader, batch: EncodedBatch) -> int:
+        """Store a new session with its first rows in one transaction and take it for
+        writing: returns writer epoch 1. Goes through the group writer, so sessions
+        created at once share commits. Raises ``SessionExists``, ``BadEvent``,
+        ``CommitFailed``, ``StoreError``."""
         self._check_open()
-        check_header(header)
-        batch = encode_batch(header.id, events) if events else EncodedBatch(0, [], None)
-        if batch.start != 0:
-            raise SeqMismatch(f"session {header.id!r}: initial events start at seq "
-                              f"{batch.start}, expected 0")
         new = NewSession(_ENCODER.encode(header_to_json(header)).decode(), header.created_at)
-        # Through the group writer: sessions created at once share commits.
         waiter = self._writer.submit(header.id, 1, batch, durable=True, create=new)
         assert waiter is not None
         await waiter
         return 1
 
-    async def open_session(self, session_id: str) -> OpenedSession:
-        """Take ``session_id`` for writing (see ``EventStore.open_session``).
-
-        Batches this store queued earlier are committed first. The epoch bump and the
-        read happen in one transaction, so the log read is final: any older writer is
-        fenced from then on. The seed marker and crash-repair closers are committed
-        durably with the new epoch before the session is returned. Raises
-        ``SessionNotFound``, ``CorruptStore``, ``CommitFailed``, ``WriterFenced`` (an
-        even newer writer took the session meanwhile)."""
-        stored = await self.read_stored(session_id, bump=True)
-        session, repaired = reopen(session_id, stored)
-        await self.append(session_id, repaired, epoch=stored.epoch, durable=True)
-        return OpenedSession(session, stored.epoch, repaired)
-
-    async def read_stored(self, session_id: str, *, bump: bool = False) -> StoredSession:
-        """The whole session in one read, undecoded, for a caller that decodes and
-        validates it elsewhere (``stored.reopen``, ``stored.replay_stored``). ``bump``
-        takes the session for writing as ``open_session`` does: batches queued earlier
-        are committed first, and the epoch bump and the read are one transaction.
-        Raises ``SessionNotFound``, ``StoreError``."""
-        self._check_open()
-        if bump:
-            await self._writer.drain()
-        return await self._read(session_id, 0, bump=bump)
-
-    async def append(self, session_id: str, events: Sequence[Event], *, epoch: int,
-                     durable: bool = True, resend: bool = False) -> None:
-        """Queue a batch (see ``EventStore.append``); an empty batch does nothing.
+    async def append_stored(self, session_id: str, batch: EncodedBatch, *, epoch: int,
+                            durable: bool = True, resend: bool = False) -> None:
+        """Queue ``batch`` for the group writer (see ``EventStore.append_stored``).
 
         ``durable``: return once the batch's group is committed (fsynced under
         ``synchronous="FULL"``); otherwise return at once and let ``flush`` report a
-        failure. ``resend``: the same batch was sent before to a process that died
-        before answering; if that send stored it (the session holds its seqs under
-        ``epoch``), it counts as written instead of a ``SeqMismatch``. Raises, for
-        the batch itself: ``SeqMismatch``, ``WriterFenced``, ``SessionNotFound``,
-        ``BadEvent`` (nothing of the batch written); for its group: ``CommitFailed``
-        (the batch stays queued and is retried)."""
+        failure. Raises, for the batch itself: ``SeqMismatch``, ``WriterFenced``,
+        ``SessionNotFound``, ``BadEvent`` (nothing of the batch written); for its group:
+        ``CommitFailed`` (the batch stays queued and is retried)."""
         self._check_open()
-        if not events:
+        if not batch.rows:
             return
-        batch = encode_batch(session_id, events)
         waiter = self._writer.submit(session_id, epoch, batch, durable=durable,
                                      resend=resend)
         if waiter is not None:
             await waiter
+
+    async def read_stored(self, session_id: str, *, since: int = 0,
+                          limit: int | None = None, bump: bool = False) -> StoredSession:
+        """One read of the session (see ``EventStore.read_stored``), of committed rows
+        only: ``flush()`` first to include queued ones. ``bump`` first commits the
+        batches this store queued, then bumps the epoch and reads in one ``BEGIN
+        IMMEDIATE`` transaction. Raises ``SessionNotFound``, ``CommitFailed``,
+        ``StoreError``."""
+        self._check_open()
+        if bump:
+            await self._writer.drain()
+        what = f"{'open' if bump else 'read'} session {session_id!r}"
+        stored = await self._run(
+            partial(_read_session, session_id, max(since, 0),
+                    _NO_LIMIT if limit is None else limit, bump), what)
+        if stored is None:
+            raise SessionNotFound(f"session {session_id!r} is not stored")
+        return stored
 
     async def flush(self) -> None:
         """Wait until every queued batch is committed. Raises ``CommitFailed`` when a
@@ -237,30 +212,6 @@ class SqliteEventStore(EventStore):
         ``session_id`` (other sessions' failures stay for their own flush)."""
         self._check_open()
         await self._writer.flush(session_id)
-
-    # -- reading ---------------------------------------------------------------------
-
-    async def header(self, session_id: str) -> SessionHeader:
-        """The session's header. Raises ``SessionNotFound``, ``CorruptStore``."""
-        stored = await self._read(session_id, 0, limit=0)
-        return decode_header(session_id, stored.header)
-
-    async def read_since(self, session_id: str, since_seq: int = 0,
-                         limit: int | None = None) -> list[Event]:
-        """Committed events with ``seq >= since_seq``, at most ``limit`` of them, in seq
-        order (decoded, not validated). Raises ``SessionNotFound``, ``CorruptStore``."""
-        if limit is not None and limit < 0:
-            raise ValueError(f"limit must be >= 0, got {limit}")
-        since = max(since_seq, 0)
-        stored = await self._read(session_id, since,
-                                  limit=_NO_LIMIT if limit is None else limit)
-        return decode_rows(session_id, stored.rows, since)
-
-    async def load(self, session_id: str) -> Session:
-        """The stored log replayed through the core, read-only: no seed marker, no
-        repair, no epoch bump. Raises ``SessionNotFound``, ``CorruptStore`` (naming
-        the session and seq of the first row that cannot be decoded or breaks a rule)."""
-        return replay_stored(session_id, await self._read(session_id, 0))
 
     async def list_sessions(self) -> list[SessionInfo]:
         """Every stored session, ordered by id (``length`` = committed events)."""
@@ -296,15 +247,12 @@ class SqliteEventStore(EventStore):
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: {what} failed: {exc}") from exc
 
-    async def _read(self, session_id: str, since_seq: int, *, limit: int = _NO_LIMIT,
-                    bump: bool = False) -> StoredSession:
-        self._check_open()
-        what = f"{'open' if bump else 'read'} session {session_id!r}"
-        stored = await self._run(
-            partial(_read_session, session_id, since_seq, limit, bump), what)
-        if stored is None:
-            raise SessionNotFound(f"session {session_id!r} is not stored")
-        return stored
+
+def sqlite_backend(path: str | Path, **options: Any) -> Callable[[], Awaitable[EventStore]]:
+    """A picklable opener of ``SqliteEventStore.open(path, **options)``: what a journal
+    actor is built with (it opens the store in its own process, and again after a
+    restart). Nothing is opened or checked until it is called."""
+    return partial(SqliteEventStore.open, path, **options)
 
 
-__all__ = ["SqliteEventStore", "Synchronous"]
+__all__ = ["SqliteEventStore", "Synchronous", "sqlite_backend"]

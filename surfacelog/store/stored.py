@@ -1,11 +1,11 @@
-"""A session as one read of the database returns it, and how it becomes live.
+"""A session as one read of a store returns it, and how it is decoded and validated.
 
 ``StoredSession`` is plain data: the header's JSON text, the writer epoch, the next seq
 and the event rows, all strings and integers. So it can cross processes cheaply: the
-journal actor reads it and the session actor that will serve the session decodes,
-validates and repairs it (``reopen``), instead of receiving a pickled ``Session``, which
-costs several times the read itself. The in-process store goes through the same
-functions, so both paths accept and refuse exactly the same stored logs.
+journal actor reads it and the session actor that will serve the session decodes and
+validates it, instead of receiving a pickled ``Session``, which costs several times the
+read itself. Every store goes through these functions (see ``activation``), so every
+path accepts and refuses exactly the same stored logs.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import msgspec
 from surfacelog.schema.errors import LogError
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader, header_from_json
-from surfacelog.session import Session, interrupted_turn_closers, replay
-from surfacelog.store.base import CorruptStore
+from surfacelog.session import Session, replay
+from surfacelog.store.errors import CorruptStore
 from surfacelog.store.rows import StoredRow, decode_rows
 
 _ANY: Final = msgspec.json.Decoder()
@@ -80,20 +80,4 @@ def replay_stored(session_id: str, stored: StoredSession) -> Session:
         raise corrupt(session_id, exc) from exc
 
 
-def reopen(session_id: str, stored: StoredSession) -> tuple[Session, tuple[Event, ...]]:
-    """The live session of a whole-session read, with what taking it for writing adds:
-    the seed marker (when the log has live events) and the closers of a turn a crash
-    left open. Returns the session and those added events, which the caller must store
-    (under ``stored.epoch``) before serving it. Raises ``CorruptStore``."""
-    header, events = decode_stored(session_id, stored)
-    try:
-        session = Session(events, header=header)
-        for closer in interrupted_turn_closers(session.log):
-            session.append_event(closer)
-    except LogError as exc:
-        raise corrupt(session_id, exc) from exc
-    return session, tuple(session.log[len(events):])
-
-
-__all__ = ["StoredSession", "corrupt", "decode_header", "decode_stored", "reopen",
-           "replay_stored"]
+__all__ = ["StoredSession", "corrupt", "decode_header", "decode_stored", "replay_stored"]

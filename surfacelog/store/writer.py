@@ -37,7 +37,8 @@ from typing import NamedTuple
 
 from msgspec import Struct
 
-from surfacelog.store.base import (
+from surfacelog.store.connection import ConnectionThread
+from surfacelog.store.errors import (
     BadEvent,
     CommitFailed,
     SeqMismatch,
@@ -46,7 +47,6 @@ from surfacelog.store.base import (
     StoreError,
     WriterFenced,
 )
-from surfacelog.store.connection import ConnectionThread
 from surfacelog.store.rows import EncodedBatch, insert_rows
 
 _ADVANCE = (

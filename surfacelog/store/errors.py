@@ -1,0 +1,78 @@
+"""The store's error types: what every event store raises, in process or across Ray
+(each pickles to the same class and message)."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base of every store error."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), self.args)
+
+
+class CorruptStore(StoreError):
+    """Stored rows cannot be decoded or break the log's rules.
+
+    ``session_id`` and ``seq`` name where (``seq`` is ``None`` when the problem is not
+    about one event, e.g. an unreadable header or a wrong row count).
+    """
+
+    def __init__(self, message: str, session_id: str | None = None,
+                 seq: int | None = None) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.seq = seq
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.args[0], self.session_id, self.seq))
+
+
+class VersionRefused(StoreError):
+    """The database file was written by another build (bump-and-reject: left untouched)."""
+
+
+class SeqMismatch(StoreError):
+    """A batch does not start at the stored next seq of its session (gap or duplicate)."""
+
+
+class WriterFenced(StoreError):
+    """The writer's epoch is stale: another writer took the session; nothing was written."""
+
+
+class BadEvent(StoreError):
+    """An event cannot be stored as a row (a value that is not JSON, a field of the wrong
+    type or out of range). Raised where the batch is encoded to rows, before anything of
+    it is queued or sent, or by the backend for a row it refuses. The store does not
+    validate surface rules: events are expected to come from a ``Session``. Nothing of
+    the batch was written."""
+
+
+class CommitFailed(StoreError):
+    """A group commit failed (disk I/O error, database locked past the busy timeout...).
+
+    The batches of that group are not durable but not lost either: they stay queued in
+    order and are tried again at the next append or ``flush``. The SQLite error is the
+    ``__cause__``.
+    """
+
+
+class SessionExists(StoreError):
+    """A session with this id is already stored."""
+
+
+class SessionNotFound(StoreError):
+    """No session with this id is stored."""
+
+
+__all__ = [
+    "BadEvent",
+    "CommitFailed",
+    "CorruptStore",
+    "SeqMismatch",
+    "SessionExists",
+    "SessionNotFound",
+    "StoreError",
+    "VersionRefused",
+    "WriterFenced",
+]

@@ -1,0 +1,172 @@
+"""``MemoryEventStore``: the ``EventStore`` primitives over plain dicts and lists.
+
+A reference backend, not a durable one: it keeps rows in its process and loses them
+with it. It exists to show (and test) that the primitives are all a backend provides:
+creating, appending, activation, repair, fencing and the journal actor work over it
+unchanged. It checks what the SQLite backend's tables check (``STRICT`` column types,
+``ignorable`` 1 or NULL), so both refuse the same rows with ``BadEvent``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Final
+
+import msgspec
+
+from surfacelog.schema.header import SessionHeader, header_to_json
+from surfacelog.store.base import EventStore, SessionInfo
+from surfacelog.store.errors import (
+    BadEvent,
+    SeqMismatch,
+    SessionExists,
+    SessionNotFound,
+    StoreError,
+    WriterFenced,
+)
+from surfacelog.store.rows import EncodedBatch, Row, StoredRow
+from surfacelog.store.stored import StoredSession
+
+_ENCODER: Final = msgspec.json.Encoder()
+_TEXT: Final = (str, type(None))
+_INT64: Final = range(-(2**63), 2**63)
+
+
+@dataclass
+class _Stored:
+    header: str
+    created_at: int
+    epoch: int = 1
+    rows: list[StoredRow] = field(default_factory=list)
+    last_time: int | None = None
+
+
+def _stored_row(session_id: str, start: int, row: Row) -> StoredRow:
+    """The row as stored, or ``BadEvent`` where SQLite's STRICT columns would refuse it."""
+    sid, seq, etype, time, data, seqs, op, ignorable = row
+    if not (sid == session_id and type(seq) is int and seq >= 0 and type(etype) is str
+            and type(time) is int and time in _INT64 and isinstance(data, _TEXT)
+            and isinstance(seqs, _TEXT) and isinstance(op, _TEXT)
+            and (ignorable is None or (type(ignorable) is int and ignorable == 1))):
+        raise BadEvent(f"session {session_id!r}: the batch starting at seq {start} cannot "
+                       f"be stored: row {row[1:]!r} has a value of the wrong type; nothing "
+                       f"written")
+    return (seq, etype, time, data, seqs, op, ignorable)
+
+
+class MemoryEventStore(EventStore):
+    """Session rows in memory (see the module's docstring). Every write is applied at
+    once; a non-durable batch's failure is kept for ``flush``/``flush_session``, as the
+    SQLite store reports it."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, _Stored] = {}
+        self._errors: deque[tuple[str, StoreError]] = deque()
+        self._batches = self._events = 0
+        self._closed = False
+
+    @classmethod
+    async def open(cls) -> MemoryEventStore:
+        """A new empty store (an opener for a journal actor: ``MemoryEventStore.open``)."""
+        return cls()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the memory store is closed")
+
+    def _session(self, session_id: str) -> _Stored:
+        stored = self._sessions.get(session_id)
+        if stored is None:
+            raise SessionNotFound(f"session {session_id!r} is not stored")
+        return stored
+
+    async def create_stored(self, header: SessionHeader, batch: EncodedBatch) -> int:
+        """Store a new session with its first rows. Raises ``SessionExists``,
+        ``BadEvent``."""
+        self._check_open()
+        if header.id in self._sessions:
+            raise SessionExists(f"session {header.id!r} is already stored")
+        rows = [_stored_row(header.id, batch.start, r) for r in batch.rows]
+        self._sessions[header.id] = _Stored(
+            _ENCODER.encode(header_to_json(header)).decode(), header.created_at,
+            rows=rows, last_time=batch.last_time)
+        return 1
+
+    async def append_stored(self, session_id: str, batch: EncodedBatch, *, epoch: int,
+                            durable: bool = True, resend: bool = False) -> None:
+        """Append ``batch`` at once (see ``EventStore.append_stored``). Raises, when
+        ``durable`` (else at the next flush): ``SessionNotFound``, ``WriterFenced``,
+        ``SeqMismatch``, ``BadEvent``."""
+        self._check_open()
+        if not batch.rows:
+            return
+        try:
+            self._append(session_id, batch, epoch, resend)
+        except StoreError as exc:
+            if durable:
+                raise
+            self._errors.append((session_id, exc))
+
+    def _append(self, session_id: str, batch: EncodedBatch, epoch: int, resend: bool
+                ) -> None:
+        stored = self._session(session_id)
+        if stored.epoch != epoch:
+            raise WriterFenced(f"session {session_id!r}: writer epoch {epoch} is stale, "
+                               f"the session was taken by epoch {stored.epoch}; nothing "
+                               f"written")
+        end = batch.start + len(batch.rows)
+        if resend and len(stored.rows) >= end:
+            return  # this very batch, stored by the send whose answer was lost
+        if batch.start != len(stored.rows):
+            raise SeqMismatch(f"session {session_id!r}: batch starts at seq {batch.start}, "
+                              f"the stored next seq is {len(stored.rows)}; nothing written")
+        rows = [_stored_row(session_id, batch.start, r) for r in batch.rows]
+        stored.rows.extend(rows)
+        stored.last_time = batch.last_time
+        self._batches += 1
+        self._events += len(rows)
+
+    async def read_stored(self, session_id: str, *, since: int = 0,
+                          limit: int | None = None, bump: bool = False) -> StoredSession:
+        """The session's rows from ``since`` (at most ``limit``); ``bump`` first takes it
+        for writing. Raises ``SessionNotFound``."""
+        self._check_open()
+        stored = self._session(session_id)
+        if bump:
+            stored.epoch += 1
+        since = max(since, 0)
+        end = None if limit is None else since + limit
+        return StoredSession(stored.header, stored.epoch, len(stored.rows),
+                             stored.rows[since:end])
+
+    async def list_sessions(self) -> list[SessionInfo]:
+        """Every stored session, ordered by id."""
+        self._check_open()
+        return [SessionInfo(sid, s.created_at, len(s.rows), s.last_time, s.epoch)
+                for sid, s in sorted(self._sessions.items())]
+
+    async def flush(self) -> None:
+        """Raise the oldest unreported failure of a non-durable batch (one per call)."""
+        self._check_open()
+        if self._errors:
+            raise self._errors.popleft()[1]
+
+    async def flush_session(self, session_id: str) -> None:
+        """Raise the oldest unreported failure of a non-durable batch of ``session_id``."""
+        self._check_open()
+        for index, (owner, error) in enumerate(self._errors):
+            if owner == session_id:
+                del self._errors[index]
+                raise error
+
+    def stats(self) -> dict[str, int]:
+        """``batches`` and ``events`` appended (creates not counted)."""
+        return {"batches": self._batches, "events": self._events}
+
+    async def close(self) -> None:
+        """Stop serving; the rows are dropped with the store. Closing twice is a no-op."""
+        self._closed = True
+
+
+__all__ = ["MemoryEventStore"]
