@@ -12,7 +12,7 @@ stored logs, and a new backend gets all of it by providing the primitives.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from msgspec import Struct
 
@@ -20,11 +20,22 @@ from surfacelog.schema.errors import LogError
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session import Session, interrupted_turn_closers
-from surfacelog.store.rows import encode_batch
+from surfacelog.store.rows import EncodedBatch, encode_batch
 from surfacelog.store.stored import StoredSession, corrupt, decode_stored, replay_stored
 
-if TYPE_CHECKING:
-    from surfacelog.store.base import EventStore
+
+class Rows(Protocol):
+    """The backend primitives activation uses (every ``EventStore`` has them; spelled
+    here as a protocol so that ``base``, whose convenience methods call activation, is
+    not imported back)."""
+
+    async def read_stored(self, session_id: str, *, since: int = 0,
+                          limit: int | None = None, bump: bool = False) -> StoredSession: ...
+
+    async def read_stored_or_create(self, header: SessionHeader) -> StoredSession | int: ...
+
+    async def append_stored(self, session_id: str, batch: EncodedBatch, *, epoch: int,
+                            durable: bool = True, resend: bool = False) -> None: ...
 
 
 class OpenedSession(Struct, frozen=True):
@@ -54,7 +65,7 @@ def reopen(session_id: str, stored: StoredSession) -> tuple[Session, tuple[Event
     return session, tuple(session.log[len(events):])
 
 
-async def activate(store: EventStore, session_id: str, stored: StoredSession
+async def activate(store: Rows, session_id: str, stored: StoredSession
                    ) -> OpenedSession:
     """The session of a read that took it for writing (``bump``), with its seed marker
     and crash-repair closers stored durably under the read's epoch first. Raises
@@ -67,7 +78,7 @@ async def activate(store: EventStore, session_id: str, stored: StoredSession
     return OpenedSession(session, stored.epoch, repaired)
 
 
-async def open_session(store: EventStore, session_id: str) -> OpenedSession:
+async def open_session(store: Rows, session_id: str) -> OpenedSession:
     """Take ``session_id`` for writing: bump its writer epoch and read it in one step,
     validate it through the core, store the seed marker and crash-repair closers
     durably, and return it. Raises ``SessionNotFound``, ``CorruptStore``,
@@ -75,7 +86,7 @@ async def open_session(store: EventStore, session_id: str) -> OpenedSession:
     return await activate(store, session_id, await store.read_stored(session_id, bump=True))
 
 
-async def open_or_create(store: EventStore, header: SessionHeader) -> OpenedSession:
+async def open_or_create(store: Rows, header: SessionHeader) -> OpenedSession:
     """``open_session(header.id)``; when it is not stored, create it with ``header`` and
     return the new empty session (writer epoch 1). Raises ``CorruptStore``,
     ``SessionExists`` (created by someone else in between),
@@ -87,7 +98,7 @@ async def open_or_create(store: EventStore, header: SessionHeader) -> OpenedSess
     return await activate(store, header.id, got)
 
 
-async def load(store: EventStore, session_id: str) -> Session:
+async def load(store: Rows, session_id: str) -> Session:
     """The stored log replayed through the core, read-only: no seed marker, no repair, no
     epoch bump. Raises ``SessionNotFound``, ``CorruptStore`` (naming the session and
     seq of the first row that cannot be decoded or breaks a rule)."""
