@@ -19,7 +19,7 @@ directory. Measures:
    activating that session again from the store (passivated, then a ``surface()``
    request) vs the in-process ``SqliteEventStore.load`` of it (read, decode, validate);
 4. activation time (vs a no-op call, or vs starting an empty actor) and memory (USS,
-   from ``host_stats``) per session, ``dedicated`` and ``packed``, vs an empty actor's
+   from ``actor_stats``) per session, ``dedicated`` and ``packed``, vs an empty actor's
    USS;
 5. the most sessions held: ``packed`` activates sessions (one scripted turn each) up to
    ``--packed-max`` (target >= 10,000); ``dedicated`` is an estimate from the USS of
@@ -48,7 +48,7 @@ from typing import Any
 import psutil
 import ray
 
-from surfacelog.actors.client import Host, connect
+from surfacelog.actors.client import Client, connect
 from surfacelog.actors.protocol import (
     decode_append,
     encode_append,
@@ -199,13 +199,13 @@ class Batches:
 
 
 def open_host(tmp: str, name: str, placement: str, durability: str, packs: int = 2,
-              **kw: Any) -> Host:
+              **kw: Any) -> Client:
     return connect(db=os.path.join(tmp, f"{name}.db"), placement=placement,  # type: ignore[arg-type]
                    durability=durability, packs=packs,  # type: ignore[arg-type]
                    idle_timeout_s=None, **kw)
 
 
-def drop_host(host: Host) -> None:
+def drop_host(host: Client) -> None:
     """Kill the host's actors and journal without flushing (benchmark data only)."""
     for actor in host._actors.values():
         ray.kill(actor, no_restart=True)
@@ -386,7 +386,7 @@ async def bench_derive(tmp: str, report: Report, sizes: Sequence[int] = (1_000, 
         drop_host(host)
 
 
-async def bench_reactivation(host: Host, handle: Any, report: Report, length: int,
+async def bench_reactivation(host: Client, handle: Any, report: Report, length: int,
                              reps: int) -> None:
     """Passivate the session and time the request that activates it again (journal
     read, rows to the session actor, decode, validate, seed marker) beside the
@@ -420,7 +420,7 @@ async def empty_actor_baseline(tmp: str, n: int = 5) -> tuple[float, float]:
     """An empty session-host actor (no session): its USS, and the time from creating it
     to the answer of its first call (a new worker process), medians of ``n`` started
     one after another."""
-    from surfacelog.actors.session_actor import RemoteSessionHost
+    from surfacelog.actors.session_actor import RemoteSessionActor
 
     host = open_host(tmp, "empty", "packed", "buffered")
     actors = []
@@ -428,12 +428,12 @@ async def empty_actor_baseline(tmp: str, n: int = 5) -> tuple[float, float]:
     try:
         for _ in range(n):
             t0 = time.perf_counter()
-            actor = RemoteSessionHost.options(num_cpus=0).remote(host.db, "packed",
+            actor = RemoteSessionActor.options(num_cpus=0).remote(host.db, "packed",
                                                                  "buffered", None)
             actors.append(actor)
             await actor.ping.remote()
             starts.append(time.perf_counter() - t0)
-        stats = await asyncio.gather(*(a.host_stats.remote() for a in actors))
+        stats = await asyncio.gather(*(a.actor_stats.remote() for a in actors))
         return float(statistics.median(s.uss_bytes for s in stats)), statistics.median(starts)
     finally:
         for a in actors:
@@ -460,7 +460,7 @@ async def bench_dedicated(tmp: str, report: Report, empty: tuple[float, float],
         wave = time.perf_counter() - t0
         ids = [f"ded-{k}" for k in range(sequential + concurrent)]
         inner = [(await host.session(s).stats()).activation_ms for s in ids]
-        stats = await host.host_stats()
+        stats = await host.actor_stats()
         uss = statistics.median(s.uss_bytes for s in stats)  # type: ignore[type-var]
         rss = statistics.median(s.rss_bytes for s in stats)
         report.add(Result("4", "dedicated: activation, cold (new actor process)",
@@ -510,7 +510,7 @@ async def bench_packed(tmp: str, report: Report, empty: tuple[float, float],
         while len(host._actors) < packs:
             host.actor(f"probe-{k}")
             k += 1
-        base = sum(s.uss_bytes for s in await host.host_stats())  # type: ignore[misc]
+        base = sum(s.uss_bytes for s in await host.actor_stats())  # type: ignore[misc]
         # One after another: per-session activation latency.
         lat = []
         for k in range(sequential):
@@ -543,7 +543,7 @@ async def bench_packed(tmp: str, report: Report, empty: tuple[float, float],
             if marks and held >= marks[0]:
                 while marks and held >= marks[0]:
                     marks.pop(0)
-                stats = await host.host_stats()
+                stats = await host.actor_stats()
                 uss = float(sum(s.uss_bytes for s in stats))  # type: ignore[misc]
                 active = sum(s.active_sessions for s in stats)
                 (n0, u0) = points[-1]
@@ -572,7 +572,7 @@ async def bench_packed(tmp: str, report: Report, empty: tuple[float, float],
                           statistics.median(reload) * 1000, "ms", "no-op call (ping)",
                           ping_ms, note="passivated, then a surface() request: load, "
                                         f"validate, seed marker; median of {sequential}"))
-        stats = await host.host_stats()
+        stats = await host.actor_stats()
         active = sum(s.active_sessions for s in stats)
         uss = float(sum(s.uss_bytes for s in stats))  # type: ignore[misc]
         avail = psutil.virtual_memory().available
@@ -594,7 +594,7 @@ async def bench_packed(tmp: str, report: Report, empty: tuple[float, float],
 # -- 6. journal group commit -------------------------------------------------------------
 
 
-async def _journal_run(host: Host, ids: Sequence[str], rounds: int, step_events: int
+async def _journal_run(host: Client, ids: Sequence[str], rounds: int, step_events: int
                        ) -> tuple[float, dict[str, Any], dict[str, Any], int]:
     config = ScriptConfig(steps=1, tool_calls=1)
     handles = [host.session(sid) for sid in ids]

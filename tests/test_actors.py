@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import ray
 
-from surfacelog.actors.client import Host, connect
+from surfacelog.actors.client import Client, connect
 from surfacelog.actors.compactor import RemoteCompactor
 from surfacelog.actors.driver import DriverProgress, RemoteDriver, SessionDriver
 from surfacelog.actors.protocol import CompactionRequest, Conflict
 from surfacelog.actors.script import AgentScript, ScriptConfig
-from surfacelog.actors.session_actor import RemoteSessionHost
+from surfacelog.actors.session_actor import RemoteSessionActor
 from surfacelog.cli.loadrun import compare, live_digests, replay_digests
 from surfacelog.schema.errors import SurfaceError
 from surfacelog.schema.events import Event
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.usefixtures("ray_local")
 PLACEMENTS = ["packed", "dedicated"]
 
 
-def make_host(tmp_path: Path, placement: str, **kw: Any) -> Host:
+def make_host(tmp_path: Path, placement: str, **kw: Any) -> Client:
     return connect(db=str(tmp_path / "actors.db"), placement=placement,  # type: ignore[arg-type]
                    packs=2, **kw)
 
@@ -162,7 +162,7 @@ async def test_passivation_and_reactivation_keep_everything(
         if placement == "packed":
             # Inside a turn the session is not idle yet: it stays active.
             await asyncio.sleep(1.0)
-            stats = await host.actor("idle").host_stats.remote()
+            stats = await host.actor("idle").actor_stats.remote()
             assert stats.active_sessions == 1 and stats.passivations == 0
         await s.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}},
                        expected_seq=2)
@@ -172,7 +172,7 @@ async def test_passivation_and_reactivation_keep_everything(
         for _ in range(150):  # the reaper runs every 0.25 s; allow a loaded machine
             await asyncio.sleep(0.1)
             if placement == "packed":
-                stats = await actor.host_stats.remote()
+                stats = await actor.actor_stats.remote()
                 if stats.passivations >= 1 and stats.active_sessions == 0:
                     break
             elif not await _alive(actor):
@@ -204,7 +204,7 @@ async def test_stale_incarnation_is_fenced(tmp_path: Path) -> None:
         s = host.session("fence")
         await s.append("turn/start", {"turn": 1})
         # A second incarnation (as a restarted actor would be) takes the session.
-        other = RemoteSessionHost.options(num_cpus=0).remote(host.db, "packed", "durable", None)
+        other = RemoteSessionActor.options(num_cpus=0).remote(host.db, "packed", "durable", None)
         await other.append.remote("fence", AppendSpec("todo/write", {"todos": []}))
         with pytest.raises(WriterFenced):
             await s.append("todo/write", {"todos": [{"content": "late", "status": "x"}]})

@@ -15,8 +15,8 @@ import ray
 from sessiongen import build_session, open_turn
 from sessiongen import header as header_for
 
-from surfacelog.actors.host import SessionHost
 from surfacelog.actors.journal import JournalActor, JournalStore
+from surfacelog.actors.live import LiveSession
 from surfacelog.schema.events import Event
 from surfacelog.session import END_SEED, AppendSpec, Session
 from surfacelog.store import activation
@@ -210,7 +210,7 @@ async def test_activation_through_the_journal_matches_in_process(tmp_path: Path,
         await remote.flush_session("c")
         assert (await remote.read_since("c"))[-1] == late
         # The host the actors build on works over it unchanged.
-        host = await SessionHost.activate("h", remote, durability="buffered")
+        host = await LiveSession.activate("h", remote, durability="buffered")
         await host.append_batch([AppendSpec("turn/start", {"turn": 1})])
         await host.flush()
         assert await remote.read_since("h") == host.session.log
@@ -238,7 +238,7 @@ async def test_a_bad_event_is_refused_before_it_is_sent(tmp_path: Path, durabili
     journal = _journal("sqlite", tmp_path)
     store = JournalStore(journal, ship_delay_s=0.0)
     try:
-        host = await SessionHost.activate("b", store, durability=durability)  # type: ignore[arg-type]
+        host = await LiveSession.activate("b", store, durability=durability)  # type: ignore[arg-type]
         await host.append_batch([AppendSpec("turn/start", {"turn": 1})])
         await host.flush()
         before = list(host.session.log)

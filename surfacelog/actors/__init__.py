@@ -1,10 +1,10 @@
-"""Ray actors: session hosts, the journal, compaction and pruning, the agent-loop driver.
+"""Ray actors: session actors, the journal, compaction and pruning, the agent-loop driver.
 
 This layer composes the core and the store inside Ray; it adds no surface rules
 (compaction and pruning included: those are ``surfacelog.session.compaction``).
 """
 
-from surfacelog.actors.client import Host, SessionHandle, connect
+from surfacelog.actors.client import Client, SessionHandle, connect
 from surfacelog.actors.protocol import (
     CompactionRequest,
     Conflict,
@@ -15,9 +15,9 @@ from surfacelog.actors.protocol import (
 )
 
 __all__ = [
+    "Client",
     "CompactionRequest",
     "Conflict",
-    "Host",
     "LoggedEvents",
     "PruneRequest",
     "SessionHandle",

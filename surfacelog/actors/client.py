@@ -1,4 +1,4 @@
-"""The client API: ``connect`` -> ``Host``; ``host.session(id)`` -> ``SessionHandle``.
+"""The client API: ``connect`` -> ``Client``; ``client.session(id)`` -> ``SessionHandle``.
 
 The directory is Ray's: session actors are named actors in the ``surfacelog`` namespace,
 got or created by name (``get_if_exists``), so any process of the cluster reaches the
@@ -28,9 +28,9 @@ from surfacelog.actors.journal import (
     journal_name,
 )
 from surfacelog.actors.protocol import (
+    ActorStats,
     CompactionRequest,
     Durability,
-    HostStats,
     LoggedEvents,
     Placement,
     PruneRequest,
@@ -41,7 +41,7 @@ from surfacelog.actors.protocol import (
     failure_line,
 )
 from surfacelog.actors.retry import Backoff
-from surfacelog.actors.session_actor import RemoteSessionHost
+from surfacelog.actors.session_actor import RemoteSessionActor
 from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
 from surfacelog.store.base import CommitFailed, SessionInfo, StoreError
@@ -83,7 +83,7 @@ def _unwrap(exc: RayTaskError) -> BaseException:
     return cause if isinstance(cause, BaseException) else exc
 
 
-class Host:
+class Client:
     """A connection to the sessions of one database file on a Ray cluster."""
 
     def __init__(self, db: str, placement: Placement, packs: int, durability: Durability,
@@ -113,7 +113,7 @@ class Host:
         name = self.actor_name(session_id)
         actor = self._actors.get(name)
         if actor is None:
-            actor = RemoteSessionHost.options(
+            actor = RemoteSessionActor.options(
                 name=name, namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
                 max_restarts=-1, max_task_retries=0, num_cpus=0,
                 max_concurrency=_MAX_CONCURRENCY,
@@ -137,9 +137,9 @@ class Host:
         stats: dict[str, Any] = await self.journal.stats.remote()
         return stats
 
-    async def host_stats(self) -> list[HostStats]:
+    async def actor_stats(self) -> list[ActorStats]:
         """One entry per session actor this client has resolved."""
-        return list(await asyncio.gather(*(a.host_stats.remote()
+        return list(await asyncio.gather(*(a.actor_stats.remote()
                                            for a in self._actors.values())))
 
     async def passivate_all(self) -> list[str]:
@@ -188,8 +188,8 @@ def connect(address: str | None = None, db: str = "surfacelog.db", *,
             durability: Durability = "durable", idle_timeout_s: float | None = 600.0,
             store_options: dict[str, Any] | None = None,
             journal_resources: dict[str, float] | None = None,
-            **ray_init: Any) -> Host:
-    """Connect to (or start) Ray and the journal of ``db``; returns a ``Host``.
+            **ray_init: Any) -> Client:
+    """Connect to (or start) Ray and the journal of ``db``; returns a ``Client``.
 
     ``address=None`` starts an embedded local Ray unless one is initialised already.
     The journal's backend is ``SqliteEventStore.open(db, **store_options)``.
@@ -210,7 +210,7 @@ def connect(address: str | None = None, db: str = "surfacelog.db", *,
     except RayTaskError as exc:
         ray.kill(journal, no_restart=True)
         raise _unwrap(exc) from None
-    return Host(path, placement, packs, durability, idle_timeout_s, journal)
+    return Client(path, placement, packs, durability, idle_timeout_s, journal)
 
 
 class SessionHandle:
@@ -218,13 +218,13 @@ class SessionHandle:
 
     A request that failed because the actor died (or is restarting) is sent again to the
     actor Ray restarts (or a newly created one), with backoff for up to
-    ``Host.retry_for_s``, only when resending cannot apply it twice: reads, flushes,
+    ``Client.retry_for_s``, only when resending cannot apply it twice: reads, flushes,
     appends that carry ``expected_seq``, and replace requests (which are refused as stale
     once applied).
     """
 
-    def __init__(self, host: Host, session_id: str) -> None:
-        self.host = host
+    def __init__(self, client: Client, session_id: str) -> None:
+        self.client = client
         self.session_id = session_id
 
     async def _call(self, method: str, *args: Any, idempotent: bool,
@@ -233,9 +233,9 @@ class SessionHandle:
         arguments then name the session themselves). ``relayed``: an idempotent request
         is also resent after the session actor relays a write of unknown outcome (not
         for a flush, whose caller must learn that a write failed)."""
-        backoff = Backoff(self.host.retry_for_s)
+        backoff = Backoff(self.client.retry_for_s)
         while True:
-            actor = self.host.actor(self.session_id)
+            actor = self.client.actor(self.session_id)
             try:
                 if keyed:
                     return await getattr(actor, method).remote(self.session_id, *args)
@@ -248,10 +248,10 @@ class SessionHandle:
                         or backoff.exhausted():
                     raise error from None
             except RayActorError:  # died, or restarting (ActorUnavailableError)
-                self.host.forget(self.session_id)
+                self.client.forget(self.session_id)
                 if not idempotent or backoff.exhausted():
                     raise
-            self.host.resent += 1
+            self.client.resent += 1
             await backoff.wait()
 
     async def append(self, type: str, data: Any = UNSET, *, surface_op: Any = UNSET,
@@ -321,7 +321,7 @@ class SessionHandle:
                    child_id: str | None = None) -> SessionHandle:
         """Fork a child seeded with ``log[0..boundary]``; returns its handle."""
         header = await self._call("fork", boundary, child_id, idempotent=False)
-        return SessionHandle(self.host, header.id)
+        return SessionHandle(self.client, header.id)
 
     async def flush(self) -> None:
         await self._call("flush", idempotent=True, relayed=False)

@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 import ray
 
-from surfacelog.actors.client import Host, SessionHandle, connect
+from surfacelog.actors.client import Client, SessionHandle, connect
 from surfacelog.actors.protocol import Conflict, Durability, Placement, failure_line
 from surfacelog.schema.events import Event
 from surfacelog.session.compaction_policy import (
@@ -117,7 +117,7 @@ class _Watcher:
 
     def __init__(self, db: str, placement: Placement, durability: Durability,
                  packs: int = 8, **compactor: Any) -> None:
-        self._host: Host = connect(db=db, placement=placement, packs=packs,
+        self._client: Client = connect(db=db, placement=placement, packs=packs,
                                    durability=durability)
         self._compactor = Compactor(**compactor)
         self._managed: list[str] = []
@@ -132,7 +132,7 @@ class _Watcher:
     async def run_once(self, session_ids: Sequence[str] | None = None) -> CompactorStats:
         """One pass over ``session_ids`` (default: the managed ones)."""
         for sid in list(self._managed if session_ids is None else session_ids):
-            handle = self._host.session(sid)
+            handle = self._client.session(sid)
             try:
                 if not self.compact_only:
                     await self._compactor.prune(handle)

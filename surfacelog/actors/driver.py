@@ -59,7 +59,7 @@ class DriverProgress(msgspec.Struct):
     conflicts: int = 0
     resent: int = 0
     """Requests sent again after their session actor died, restarted or passivated
-    (by the handles, ``Host.resent``, and by the driver itself)."""
+    (by the handles, ``Client.resent``, and by the driver itself)."""
     lost: int = 0
     """Acknowledged events found missing from the log afterwards (at least this many):
     possible with buffered durability when an actor crashes, never with durable."""
@@ -122,8 +122,8 @@ class SessionDriver:
                 # Passivated (or its actor fenced) between lookup and request: resend,
                 # exactly once thanks to expected_seq, after a look at whether repair
                 # closed our turn. (An actor that died is resent by the handle itself,
-                # for ``Host.retry_for_s``; past that the error is the session's end.)
-                self.handle.host.resent += 1
+                # for ``Client.retry_for_s``; past that the error is the session's end.)
+                self.handle.client.resent += 1
                 await asyncio.sleep(0.2)
                 await self._check_turn_open()
                 continue
@@ -206,7 +206,7 @@ class DriverActor:
 
     def __init__(self, db: str, placement: Placement, durability: Durability,
                  config: ScriptConfig, packs: int = 8) -> None:
-        self._host = connect(db=db, placement=placement, packs=packs, durability=durability)
+        self._client = connect(db=db, placement=placement, packs=packs, durability=durability)
         self._config = config
         self._progress = DriverProgress()
 
@@ -216,7 +216,7 @@ class DriverActor:
         that fails is counted in ``errors`` and the others go on."""
         t0 = time.time() if started is None else started
         self._progress.sessions += len(session_ids)
-        drivers = [SessionDriver(self._host.session(sid), AgentScript(sid, self._config),
+        drivers = [SessionDriver(self._client.session(sid), AgentScript(sid, self._config),
                                  self._progress, t0) for sid in session_ids]
         results = await asyncio.gather(*(d.run(turns) for d in drivers),
                                        return_exceptions=True)
@@ -224,7 +224,7 @@ class DriverActor:
             if isinstance(result, BaseException):
                 self._progress.errors += 1
                 self._progress.last_error = f"{type(result).__name__}: {result}"[:300]
-        self._progress.resent = self._host.resent
+        self._progress.resent = self._client.resent
         return self._progress
 
     def progress(self) -> dict[str, Any]:
@@ -233,7 +233,7 @@ class DriverActor:
         return {"sessions": p.sessions, "turns_done": p.turns_done,
                 "turns_interrupted": p.turns_interrupted, "events": p.events,
                 "appends": p.appends, "conflicts": p.conflicts,
-                "resent": self._host.resent, "lost": p.lost,
+                "resent": self._client.resent, "lost": p.lost,
                 "errors": p.errors,
                 "finished": p.finished, "last_error": p.last_error,
                 "recent_latencies_ms": p.latencies_ms[-200:]}

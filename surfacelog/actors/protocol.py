@@ -316,7 +316,7 @@ Durability = Literal["durable", "buffered"]
 class Conflict(StaleRequest):
     """The request was computed from a state the session has left (a stale
     ``replace_generation``, or an ``expected_seq`` taken by other events). Nothing was
-    appended; re-read and retry. The session host raises the core's ``StaleRequest``
+    appended; re-read and retry. The live session raises the core's ``StaleRequest``
     to callers as this."""
 
     def __reduce__(self) -> tuple[object, ...]:
@@ -355,8 +355,8 @@ def failure_line(subject: str, exc: BaseException) -> str:
     return f"{subject}: {type(exc).__name__}: {exc}"
 
 
-class HostStats(Struct, frozen=True):
-    """What one session-host actor reports: its sessions and process."""
+class ActorStats(Struct, frozen=True):
+    """What one session actor reports: its sessions and process."""
 
     active_sessions: int
     activations: int

@@ -1,4 +1,4 @@
-"""The session actor: a Ray async actor hosting ``SessionHost``s.
+"""The session actor: a Ray async actor hosting ``LiveSession``s.
 
 One class serves both placements. ``dedicated``: the actor is named by its session id
 and hosts that one session (the design card's shape); ``packed``: the actor is named by
@@ -19,14 +19,14 @@ from typing import Any, TypeVar
 
 import ray
 
-from surfacelog.actors.host import RELOAD, SessionHost
 from surfacelog.actors.journal import NAMESPACE, JournalStore, journal_name
+from surfacelog.actors.live import RELOAD, LiveSession
 from surfacelog.actors.protocol import (
+    ActorStats,
     AppendReply,
     CompactionRequest,
     Durability,
     EventsPayload,
-    HostStats,
     MessagesPayload,
     Placement,
     PruneRequest,
@@ -57,7 +57,7 @@ def _memory() -> tuple[int, int | None]:
         return int(proc.memory_info().rss), None
 
 
-class SessionHostActor:
+class SessionActor:
     """Hosts sessions of one database; every method names its session first."""
 
     def __init__(self, db: str, placement: Placement, durability: Durability,
@@ -67,7 +67,7 @@ class SessionHostActor:
         self._placement: Placement = placement
         self._durability: Durability = durability
         self._idle_timeout_s = idle_timeout_s
-        self._hosts: dict[str, SessionHost] = {}
+        self._sessions: dict[str, LiveSession] = {}
         self._activating: dict[str, asyncio.Lock] = {}
         self._fenced: set[str] = set()
         self._reaper: asyncio.Task[None] | None = None
@@ -77,80 +77,80 @@ class SessionHostActor:
 
     # -- activation ------------------------------------------------------------------
 
-    async def _host(self, session_id: str, create: bool) -> SessionHost:
-        host = self._hosts.get(session_id)
-        if host is not None and host.closed is None:
-            return host
+    async def _live(self, session_id: str, create: bool) -> LiveSession:
+        live = self._sessions.get(session_id)
+        if live is not None and live.closed is None:
+            return live
         if session_id in self._fenced:
             raise SessionUnavailable(f"session {session_id!r}: this actor incarnation was "
                                      "fenced by a newer writer")
         lock = self._activating.setdefault(session_id, asyncio.Lock())
         async with lock:
-            host = self._hosts.get(session_id)
-            if host is None or host.closed is not None:
-                host = await SessionHost.activate(session_id, self._store,
+            live = self._sessions.get(session_id)
+            if live is None or live.closed is not None:
+                live = await LiveSession.activate(session_id, self._store,
                                                   durability=self._durability, create=create)
-                self._hosts[session_id] = host
+                self._sessions[session_id] = live
                 self._activations += 1
                 self._start_reaper()
-            return host
+            return live
 
-    async def _run(self, session_id: str, op: Callable[[SessionHost], Awaitable[T]],
+    async def _run(self, session_id: str, op: Callable[[LiveSession], Awaitable[T]],
                    create: bool = True) -> T:
         for attempt in (0, 1):
-            host = await self._host(session_id, create)
+            live = await self._live(session_id, create)
             try:
-                return await op(host)
+                return await op(live)
             except SessionUnavailable:
                 # Passivated between lookup and lock, or closed to reload after a failed
                 # write: activate again, once.
-                if host.closed not in ("passivated", RELOAD) or attempt:
+                if live.closed not in ("passivated", RELOAD) or attempt:
                     raise
             except WriterFenced:
                 self._fenced.add(session_id)
-                self._hosts.pop(session_id, None)
+                self._sessions.pop(session_id, None)
                 raise
         raise AssertionError("unreachable")
 
-    async def _read(self, session_id: str, op: Callable[[SessionHost], T]) -> T:
+    async def _read(self, session_id: str, op: Callable[[LiveSession], T]) -> T:
         # Reads wait for an in-flight mutation: they never see events whose write may
         # still fail and be rolled back.
-        async def call(host: SessionHost) -> T:
-            async with host.lock:
-                return op(host)
+        async def call(live: LiveSession) -> T:
+            async with live.lock:
+                return op(live)
         return await self._run(session_id, call)
 
     def _start_reaper(self) -> None:
         if self._idle_timeout_s is not None and (self._reaper is None or self._reaper.done()):
             self._reaper = asyncio.get_running_loop().create_task(self._reap())
 
-    def _idle(self, host: SessionHost, idle_s: float) -> bool:
+    def _idle(self, live: LiveSession, idle_s: float) -> bool:
         """Passivate after ``idle_timeout_s`` when no turn is open. A session inside a
         turn is waiting for its agent (a slow model, a long tool): passivating it would
         make reactivation close the turn as interrupted, so it gets ten times longer."""
         assert self._idle_timeout_s is not None
         if idle_s < self._idle_timeout_s:
             return False
-        return host.turn_open() is None or idle_s >= 10 * self._idle_timeout_s
+        return live.turn_open() is None or idle_s >= 10 * self._idle_timeout_s
 
     async def _reap(self) -> None:
         assert self._idle_timeout_s is not None
         loop = asyncio.get_running_loop()
         period = max(0.05, min(self._idle_timeout_s / 2, 5.0))
-        while self._hosts:
+        while self._sessions:
             await asyncio.sleep(period)
             now = loop.time()
-            for sid, host in list(self._hosts.items()):
-                if not host.lock.locked() and self._idle(host, now - host.last_activity):
+            for sid, live in list(self._sessions.items()):
+                if not live.lock.locked() and self._idle(live, now - live.last_activity):
                     try:
-                        await host.passivate()
-                    except Exception as exc:  # the host is closed regardless
+                        await live.passivate()
+                    except Exception as exc:  # the live is closed regardless
                         self._failed_passivations.append(failure_line(sid, exc))
                         del self._failed_passivations[:-20]
-                    if self._hosts.get(sid) is host:
-                        del self._hosts[sid]
+                    if self._sessions.get(sid) is live:
+                        del self._sessions[sid]
                         self._passivations += 1
-                        if self._placement == "dedicated" and not self._hosts:
+                        if self._placement == "dedicated" and not self._sessions:
                             # Its one session went idle: free the process. The next
                             # request creates a new actor under the same name.
                             ray.actor.exit_actor()  # type: ignore[no-untyped-call]
@@ -234,16 +234,16 @@ class SessionHostActor:
 
     async def passivate(self, session_id: str) -> bool:
         """Flush and drop ``session_id`` now; False when it was not active here."""
-        host = self._hosts.pop(session_id, None)
-        if host is None:
+        live = self._sessions.pop(session_id, None)
+        if live is None:
             return False
         self._passivations += 1
-        await host.passivate()
+        await live.passivate()
         return True
 
-    async def host_stats(self) -> HostStats:
+    async def actor_stats(self) -> ActorStats:
         rss, uss = _memory()
-        return HostStats(active_sessions=len(self._hosts), activations=self._activations,
+        return ActorStats(active_sessions=len(self._sessions), activations=self._activations,
                          passivations=self._passivations, pid=os.getpid(), rss_bytes=rss,
                          failed_passivations=tuple(self._failed_passivations),
                          **({} if uss is None else {"uss_bytes": uss}))
@@ -252,7 +252,7 @@ class SessionHostActor:
         """Passivate every session (flushing it); the actor then holds nothing. Returns
         the write failures found (``session: error``), after passivating all."""
         failures: list[str] = []
-        for sid in list(self._hosts):
+        for sid in list(self._sessions):
             try:
                 await self.passivate(sid)
             except Exception as exc:  # reported to the caller, per session
@@ -264,4 +264,4 @@ class SessionHostActor:
         return failures
 
 
-RemoteSessionHost: Any = ray.remote(SessionHostActor)
+RemoteSessionActor: Any = ray.remote(SessionActor)

@@ -25,7 +25,7 @@ import msgspec
 import ray
 from ray.exceptions import RayActorError
 
-from surfacelog.actors.client import Host, connect
+from surfacelog.actors.client import Client, connect
 from surfacelog.actors.compactor import RemoteCompactor, RemotePruner
 from surfacelog.actors.driver import DriverProgress, RemoteDriver
 from surfacelog.actors.protocol import failure_line
@@ -46,20 +46,20 @@ def session_ids(n: int) -> list[str]:
     return [f"run-{k:04d}" for k in range(n)]
 
 
-async def live_digests(host: Host, ids: list[str]) -> dict[str, SessionDigest]:
+async def live_digests(client: Client, ids: list[str]) -> dict[str, SessionDigest]:
     """What the live actors report for each session."""
     async def one(sid: str) -> tuple[str, SessionDigest]:
-        handle = host.session(sid)
+        handle = client.session(sid)
         snap, messages = await asyncio.gather(handle.surface(), handle.derive_messages())
         return sid, digest(snap.length, snap.nodes, snap.replace_generation, messages)
     return dict(await asyncio.gather(*(one(s) for s in ids)))
 
 
-async def flush_sessions(host: Host, ids: list[str]) -> list[str]:
+async def flush_sessions(client: Client, ids: list[str]) -> list[str]:
     """Flush every session; the write failures found (``session: error``)."""
     async def one(sid: str) -> str | None:
         try:
-            await host.session(sid).flush()
+            await client.session(sid).flush()
         except (StoreError, RayActorError) as exc:
             return failure_line(sid, exc)
         return None
@@ -143,7 +143,7 @@ async def run_workload(cfg: RunConfig,
                        on_sample: Callable[[Sample, dict[str, Any]], None]) -> RunResult:
     """Run the workload on an initialised Ray; returns the measured result, verified."""
     db = os.path.abspath(cfg.db)
-    host = connect(db=db, placement=cfg.placement, packs=cfg.packs,
+    client = connect(db=db, placement=cfg.placement, packs=cfg.packs,
                    durability=cfg.durability, idle_timeout_s=None)
     ids = session_ids(cfg.sessions)
     script = ScriptConfig(seed=cfg.seed, mode=cfg.mode)
@@ -163,7 +163,7 @@ async def run_workload(cfg: RunConfig,
     await asyncio.gather(compactor.start.remote(0.3), pruner.start.remote(0.3))
     done = asyncio.Event()
     poller = asyncio.ensure_future(_poll(drivers, compactor, pruner, started, on_sample, done))
-    chaos = asyncio.ensure_future(_chaos(host, ids, cfg, done))
+    chaos = asyncio.ensure_future(_chaos(client, ids, cfg, done))
     shares = [ids[k::n_drivers] for k in range(n_drivers)]
     try:
         try:
@@ -179,15 +179,15 @@ async def run_workload(cfg: RunConfig,
         # Flush before reading the live state: a session whose buffered writes failed
         # reports it here and reloads from the store, so what is read next is what
         # survived, and the failure is counted instead of showing up as a mismatch.
-        write_failures = await flush_sessions(host, ids)
-        live = await live_digests(host, ids)
-        journal = await host.journal_stats()
-        write_failures += await host.passivate_all()
+        write_failures = await flush_sessions(client, ids)
+        live = await live_digests(client, ids)
+        journal = await client.journal_stats()
+        write_failures += await client.passivate_all()
         replayed = await asyncio.get_running_loop().run_in_executor(None, replay_digests, db)
     finally:
         for actor in (*drivers, compactor, pruner):
             ray.kill(actor)
-        await asyncio.get_running_loop().run_in_executor(None, host.shutdown)
+        await asyncio.get_running_loop().run_in_executor(None, client.shutdown)
     problems = compare(live, replayed)
     merged = _merge(list(parts))
     if cfg.durability == "durable":
@@ -199,7 +199,7 @@ async def run_workload(cfg: RunConfig,
                      not problems, problems, samples, journal, kills, write_failures)
 
 
-async def _chaos(host: Host, ids: list[str], cfg: RunConfig, done: asyncio.Event) -> int:
+async def _chaos(client: Client, ids: list[str], cfg: RunConfig, done: asyncio.Event) -> int:
     """Until ``done``, every ``kill_every_s`` kill the actor serving a random session
     (seeded) the way a crash would: Ray restarts it, its sessions activate again through
     crash repair, and the drivers resend. With ``kill_journal`` every third kill is the
@@ -216,8 +216,8 @@ async def _chaos(host: Host, ids: list[str], cfg: RunConfig, done: asyncio.Event
                 await asyncio.wait_for(done.wait(), timeout=cfg.kill_every_s)
             if done.is_set():
                 break
-            victim = host.journal if cfg.kill_journal and (len(kills) + 1) % 3 == 0 \
-                else host.actor(rng.choice(ids))
+            victim = client.journal if cfg.kill_journal and (len(kills) + 1) % 3 == 0 \
+                else client.actor(rng.choice(ids))
             kills.append(asyncio.ensure_future(kill_and_await_restart(victim)))
     except BaseException:  # interrupted: stop waiting for the victims too
         for kill in kills:

@@ -3,7 +3,7 @@
 A turn opens with ``turn/start {turn}`` and closes with ``turn/end {turn}``; the log is
 inside a turn when the last of these two is a ``turn/start``. Compaction records the
 open turn in its start and end events, fork refuses a boundary inside a turn, and the
-session host keeps a session inside a turn active longer.
+session actor keeps a session inside a turn active longer.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SessionHost on a real SQLite store, without Ray: ordering, exactly-once appends,
+"""LiveSession on a real SQLite store, without Ray: ordering, exactly-once appends,
 compaction and prune requests, staleness, fencing."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from surfacelog.actors.host import RELOAD, SessionHost
+from surfacelog.actors.live import RELOAD, LiveSession
 from surfacelog.actors.protocol import CompactionRequest, Conflict, SessionUnavailable
 from surfacelog.actors.script import AgentScript, ScriptConfig
 from surfacelog.schema.errors import SurfaceError
@@ -36,7 +36,7 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteEventStore]:
         await s.close()
 
 
-async def drive_turns(host: SessionHost, turns: int, config: ScriptConfig | None = None) -> None:
+async def drive_turns(host: LiveSession, turns: int, config: ScriptConfig | None = None) -> None:
     """Scripted turns straight through the host (no conflicts expected)."""
     script = AgentScript(host.session_id, config or ScriptConfig())
     cfg = script.config
@@ -58,7 +58,7 @@ async def drive_turns(host: SessionHost, turns: int, config: ScriptConfig | None
 
 
 async def test_expected_seq_retry_returns_the_logged_events(store: SqliteEventStore) -> None:
-    host = await SessionHost.activate("s1", store)
+    host = await LiveSession.activate("s1", store)
     specs = AgentScript("s1", ScriptConfig()).turn_open(1)
     first = await host.append_batch(specs, expected_seq=0)
     again = await host.append_batch(specs, expected_seq=0)
@@ -74,7 +74,7 @@ async def test_expected_seq_retry_returns_the_logged_events(store: SqliteEventSt
 
 
 async def test_concurrent_mutations_apply_in_acceptance_order(store: SqliteEventStore) -> None:
-    host = await SessionHost.activate("s2", store)
+    host = await LiveSession.activate("s2", store)
     specs = [AppendSpec("todo/write", {"todos": [{"content": f"t{k}", "status": "pending"}]})
              for k in range(50)]
     results = await asyncio.gather(*(host.append_batch([s]) for s in specs))
@@ -86,7 +86,7 @@ async def test_concurrent_mutations_apply_in_acceptance_order(store: SqliteEvent
 
 async def test_rejected_batch_leaves_memory_and_store_unchanged(
         store: SqliteEventStore) -> None:
-    host = await SessionHost.activate("s3", store)
+    host = await LiveSession.activate("s3", store)
     await drive_turns(host, 1)
     before = host.session.snapshot()
     bad = [AppendSpec("turn/start", {"turn": 2}),
@@ -101,7 +101,7 @@ async def test_rejected_batch_leaves_memory_and_store_unchanged(
 
 
 async def test_compaction_request_appends_the_whole_batch(store: SqliteEventStore) -> None:
-    host = await SessionHost.activate("s4", store)
+    host = await LiveSession.activate("s4", store)
     await drive_turns(host, 3)
     snap, events = host.surface_events()
     choice = choose_range(snap.nodes, events, compact_at=100, retain_tokens=50)
@@ -128,7 +128,7 @@ async def test_compaction_request_appends_the_whole_batch(store: SqliteEventStor
 
 async def test_compaction_never_splits_a_call_from_its_result(
         store: SqliteEventStore) -> None:
-    host = await SessionHost.activate("s5", store)
+    host = await LiveSession.activate("s5", store)
     await drive_turns(host, 2)
     snap, events = host.surface_events()
     cuts = safe_cuts(events)
@@ -145,7 +145,7 @@ async def test_compaction_never_splits_a_call_from_its_result(
 
 
 async def test_failed_compaction_is_recorded(store: SqliteEventStore) -> None:
-    host = await SessionHost.activate("s6", store)
+    host = await LiveSession.activate("s6", store)
     await drive_turns(host, 1)
     snap, events = host.surface_events()
     choice = choose_range(snap.nodes, events, compact_at=0, retain_tokens=0)
@@ -160,7 +160,7 @@ async def test_failed_compaction_is_recorded(store: SqliteEventStore) -> None:
 
 
 async def test_prune_rewrites_only_the_content(store: SqliteEventStore) -> None:
-    host = await SessionHost.activate("s7", store)
+    host = await LiveSession.activate("s7", store)
     await drive_turns(host, 2, ScriptConfig(big_result_every=1, big_result_chars=5000))
     snap, events = host.surface_events()
     requests = prune_requests(snap, events, max_chars=1000, keep_chars=200)
@@ -179,9 +179,9 @@ async def test_prune_rewrites_only_the_content(store: SqliteEventStore) -> None:
 
 
 async def test_stale_writer_is_fenced(store: SqliteEventStore) -> None:
-    old = await SessionHost.activate("s8", store)
+    old = await LiveSession.activate("s8", store)
     await drive_turns(old, 1)
-    new = await SessionHost.activate("s8", store)
+    new = await LiveSession.activate("s8", store)
     assert new.epoch > old.epoch
     length = len(new.session)
     with pytest.raises(WriterFenced):
@@ -192,14 +192,14 @@ async def test_stale_writer_is_fenced(store: SqliteEventStore) -> None:
 
 
 async def test_activation_repairs_an_open_turn(store: SqliteEventStore) -> None:
-    host = await SessionHost.activate("s9", store)
+    host = await LiveSession.activate("s9", store)
     script = AgentScript("s9", ScriptConfig())
     await host.append_batch(script.turn_open(1))
     stream = script.stream(1, 1, False)
     logged = await host.append_batch([script.step_start(1, 1), *stream.chunks])
     logged = await host.append_batch([script.message(1, 1, stream, [e.seq for e in logged[1:]]),
                                       script.tool_call(1, 1, stream.calls[0])])
-    again = await SessionHost.activate("s9", store)
+    again = await LiveSession.activate("s9", store)
     tail = [e.type for e in again.session.log[-5:]]
     assert tail[-1] == "turn/end"
     assert again.session.log[-1].data["reason"] == {"kind": "interrupted"}
@@ -211,7 +211,7 @@ async def test_activation_repairs_an_open_turn(store: SqliteEventStore) -> None:
 
 
 async def test_unknown_compaction_range_is_a_conflict(store: SqliteEventStore) -> None:
-    host = await SessionHost.activate("s10", store)
+    host = await LiveSession.activate("s10", store)
     await drive_turns(host, 1)
     req = CompactionRequest(compaction_id="c", generation=0, shadowed=(999,), summary=[],
                             shadowed_token_count=1, checkpoint_id="x")
@@ -237,7 +237,7 @@ class LostAckStore(SqliteEventStore):
 async def test_a_write_with_an_unknown_outcome_reloads_the_session(tmp_path: Path) -> None:
     store = await LostAckStore.open(str(tmp_path / "lost.db"))
     try:
-        host = await SessionHost.activate("s", store)
+        host = await LiveSession.activate("s", store)
         script = AgentScript("s", ScriptConfig())
         opened = await host.append_batch(script.turn_open(1), expected_seq=0)
         stream = script.stream(1, 1, final=True)
@@ -251,7 +251,7 @@ async def test_a_write_with_an_unknown_outcome_reloads_the_session(tmp_path: Pat
         with pytest.raises(SessionUnavailable):
             await host.append_batch(specs, expected_seq=len(opened))
 
-        again = await SessionHost.activate("s", store)  # what the actor does next
+        again = await LiveSession.activate("s", store)  # what the actor does next
         retried = await again.append_batch(specs, expected_seq=len(opened))
         assert [e.seq for e in retried] == list(range(len(opened), len(opened) + len(specs)))
         assert list(again.session.log) == await store.read_since("s")
@@ -280,7 +280,7 @@ async def test_a_flush_that_reports_a_failed_write_reloads_the_session(tmp_path:
     stored, or a second flush would report success over the loss."""
     store = await FailedFlushStore.open(str(tmp_path / "flush.db"))
     try:
-        host = await SessionHost.activate("f", store, durability="buffered")
+        host = await LiveSession.activate("f", store, durability="buffered")
         await host.append_batch([AppendSpec("turn/start", {"turn": 1})])
         store.fail_next = True
         with pytest.raises(CommitFailed):
@@ -288,7 +288,7 @@ async def test_a_flush_that_reports_a_failed_write_reloads_the_session(tmp_path:
         assert host.closed == RELOAD
         with pytest.raises(SessionUnavailable):
             await host.flush()
-        again = await SessionHost.activate("f", store, durability="buffered")
+        again = await LiveSession.activate("f", store, durability="buffered")
         await again.flush()
         assert list(again.session.log) == await store.read_since("f")
     finally:

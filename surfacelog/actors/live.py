@@ -1,4 +1,4 @@
-"""``SessionHost``: one live session behind an actor — the core ``Session``, its writer
+"""``LiveSession``: one live session behind an actor — the core ``Session``, its writer
 epoch, and the lock that applies its mutations one at a time.
 
 It is plain asyncio (no Ray), so the same code runs in a dedicated actor, in a packed
@@ -59,7 +59,7 @@ def _same_event(session: Session, spec: AppendSpec, event: Event) -> bool:
 
 
 RELOAD = "reloading: a write's outcome is unknown"
-"""``SessionHost.closed`` after a failed write: activate the session again."""
+"""``LiveSession.closed`` after a failed write: activate the session again."""
 
 
 class Appended(NamedTuple):
@@ -70,7 +70,7 @@ class Appended(NamedTuple):
     appended: bool
 
 
-class SessionHost:
+class LiveSession:
     """A session taken for writing. Build it with ``activate``."""
 
     def __init__(self, session: Session, store: EventStore, epoch: int,
@@ -94,7 +94,7 @@ class SessionHost:
     @classmethod
     async def activate(cls, session_id: str, store: EventStore, *,
                        durability: Durability = "durable", create: bool = True,
-                       cwd: str | None = None) -> SessionHost:
+                       cwd: str | None = None) -> LiveSession:
         """Take ``session_id`` for writing: load it (the shared activation,
         ``surfacelog.store.activation``, bumps the writer epoch, validates the log and
         appends the seed marker and crash-repair closers durably, over any store), or
@@ -120,12 +120,12 @@ class SessionHost:
     async def _persist(self, events: Sequence[Event]) -> None:
         """Write ``events`` (the caller rolls the session back if this raises).
 
-        Only ``BadEvent`` (this batch refused whole, nothing written) leaves the host
+        Only ``BadEvent`` (this batch refused whole, nothing written) leaves the live session
         serving. After any other failure the store may hold more or less than the
         rolled-back session: a commit that failed stays queued and is retried, a journal
         that stayed down past ``JOURNAL_RESTART_S`` may have committed before it died,
         an earlier buffered batch may have been refused.
-        The host then closes as ``RELOAD``, and the next request activates the session
+        The live session then closes as ``RELOAD``, and the next request activates the session
         again from the store, the truth; an ``expected_seq`` retry then finds its events
         or appends them, exactly once."""
         try:
@@ -247,8 +247,8 @@ class SessionHost:
             return child.header
 
     async def flush(self) -> None:
-        """Wait until everything this host accepted is durable. Raises the failure of a
-        write that is not: the session then holds events the store lacks, so the host
+        """Wait until everything this session accepted is durable. Raises the failure of a
+        write that is not: the session then holds events the store lacks, so it
         closes to ``RELOAD`` (the failure is reported once; the next request reloads)."""
         self._touch()
         try:
@@ -310,4 +310,4 @@ class SessionHost:
                     self.closed = "passivated"
 
 
-__all__ = ["SessionHost"]
+__all__ = ["LiveSession"]
