@@ -1,15 +1,16 @@
 """surfacelog: event-sourced agent session logs with a replaceable surface, on Ray.
 
 ``surfacelog.connect`` is imported lazily so that the pure core and the CLI's offline
-commands do not pay for importing Ray.
+commands do not pay for importing Ray. Every typed error of the package derives from
+``SurfacelogError``.
 """
 
 from typing import Any
 
-from surfacelog.schema import Event, SessionHeader
+from surfacelog.schema import Event, SessionHeader, SurfacelogError
 from surfacelog.session import Session, fold_surface
 
-__all__ = ["Event", "Session", "SessionHeader", "connect", "fold_surface"]
+__all__ = ["Event", "Session", "SessionHeader", "SurfacelogError", "connect", "fold_surface"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,7 +1,8 @@
 """Requests, replies and errors that cross Ray between clients and session actors.
 
 Every reply is a msgspec struct (or a list of events/messages); every error is a typed
-exception that pickles to the same class and message on the caller's side.
+exception (a ``SurfacelogError``) that pickles to the same class and message on the
+caller's side.
 
 Appends travel as bytes (the "wire" helpers below): specs as one JSON document, and the
 reply as msgpack, usually an ``AppendAck`` (the first seq and the time) from which the
@@ -27,6 +28,7 @@ from typing import Any, Final, Literal, overload
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
+from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.events import Event, ReplaceOp
 from surfacelog.session import AppendSpec, build_event
 from surfacelog.session.compaction import CompactionRequest as CompactionRequest
@@ -323,7 +325,7 @@ class Conflict(StaleRequest):
         return (type(self), self.args)
 
 
-class SessionUnavailable(Exception):
+class SessionUnavailable(SurfacelogError):
     """The session's actor lost its writer role (fenced by a newer incarnation) or was
     shut down; re-resolve the session and retry."""
 

@@ -10,7 +10,7 @@ from surfacelog.schema.codec import (
     encode_log,
     read_log,
 )
-from surfacelog.schema.errors import DecodeError, LogError, SurfaceError
+from surfacelog.schema.errors import DecodeError, LogError, SurfaceError, SurfacelogError
 from surfacelog.schema.events import (
     APPEND,
     EVENT_TYPES,
@@ -43,6 +43,7 @@ __all__ = [
     "SessionHeader",
     "SurfaceError",
     "SurfaceOp",
+    "SurfacelogError",
     "decode_event",
     "decode_json",
     "decode_log",

@@ -1,14 +1,30 @@
-"""The error types of the log. Every one is a ``ValueError`` that names its rule.
+"""The root of the package's errors, and the error types of the log.
 
-An error about one event carries ``rule`` (a short stable id such as ``"range"`` or
-``"coverage"``), ``event_type`` and ``seq``, and its message contains the SPEC fragment
-for that rule followed by the event it concerns.
+``SurfacelogError`` is the base of every typed error of the package, whatever layer
+raises it. The log's errors (``LogError`` and its subclasses) are also ``ValueError``
+instances that name their rule: an error about one event carries ``rule`` (a short
+stable id such as ``"range"`` or ``"coverage"``), ``event_type`` and ``seq``, and its
+message contains the SPEC fragment for that rule followed by the event it concerns.
 """
 
 from __future__ import annotations
 
 
-class LogError(ValueError):
+class SurfacelogError(Exception):
+    """The base of every typed error of the package, in every layer: the log's
+    (``LogError``), the store's (``StoreError``), the core's refusals (``StaleRequest``,
+    ``SplitsToolCall``, ``ForkError``), the shard configuration's (``ShardConfigError``),
+    the actors' (``Conflict``, ``SessionUnavailable``)...
+
+    ``except SurfacelogError`` catches any error of ours and nothing of Ray's or
+    Python's. Each error keeps its standard base beside this one (``LogError`` is still
+    a ``ValueError``, ``StaleRequest`` an ``Exception``), so handlers written for those
+    still work. Every one pickles to the same class and message, which Ray needs to
+    raise it on the caller's side (``tests/test_errors.py`` checks both for every
+    exception class of the package)."""
+
+
+class LogError(ValueError, SurfacelogError):
     """A log, event or candidate breaks a rule of SPEC.md.
 
     ``event_type`` and ``seq`` are ``None`` when the problem is not about one event.

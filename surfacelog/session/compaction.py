@@ -22,6 +22,7 @@ from typing import Any
 
 from msgspec import Struct
 
+from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.events import Event, ReplaceOp
 from surfacelog.session.derive import project
 from surfacelog.session.session import AppendSpec, Session
@@ -64,7 +65,7 @@ class PruneRequest(Struct, frozen=True):
     shadowed_token_count: int
 
 
-class StaleRequest(Exception):
+class StaleRequest(SurfacelogError):
     """The request was computed from a surface the session has left (another replace
     ran since, or the range or target is no longer current). Nothing was appended;
     re-read the surface and decide again. The actors raise it to callers as
@@ -74,7 +75,7 @@ class StaleRequest(Exception):
         return (type(self), self.args)
 
 
-class SplitsToolCall(ValueError):
+class SplitsToolCall(ValueError, SurfacelogError):
     """A compaction range would split a tool call from its result (SPEC 13: a cut is
     allowed only where every tool call before it has its result before it). Nothing
     was appended; choose the range again (``choose_range`` only picks safe cuts)."""

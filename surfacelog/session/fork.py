@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from msgspec import UNSET
 
+from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
 from surfacelog.session.session import Session, now_ms
 from surfacelog.session.turns import open_turn_start
@@ -17,7 +18,7 @@ INVALID_BOUNDARY = "INVALID_BOUNDARY"
 OPEN_TURN = "OPEN_TURN"
 
 
-class ForkError(ValueError):
+class ForkError(ValueError, SurfacelogError):
     """A fork was refused; ``code`` says why."""
 
     def __init__(self, code: str, detail: str) -> None:

@@ -1,10 +1,13 @@
 """The store's error types: what every event store raises, in process or across Ray
-(each pickles to the same class and message)."""
+(each pickles to the same class and message). ``StoreError``, their base, is a
+``SurfacelogError``."""
 
 from __future__ import annotations
 
+from surfacelog.schema.errors import SurfacelogError
 
-class StoreError(Exception):
+
+class StoreError(SurfacelogError):
     """Base of every store error."""
 
     def __reduce__(self) -> tuple[object, ...]:

@@ -25,6 +25,8 @@ from typing import Final
 
 import msgspec
 
+from surfacelog.schema.errors import SurfacelogError
+
 DEFAULT_SHARD: Final = "default"
 """The name of the one shard of the embedded default (``./surfacelog.db``)."""
 
@@ -37,7 +39,7 @@ MAX_SHARD_CONFIG_BYTES: Final = 1 << 20
 _NAME: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 
 
-class ShardConfigError(ValueError):
+class ShardConfigError(ValueError, SurfacelogError):
     """A shard configuration is malformed: names the file, the shard and the rule."""
 
 
