@@ -28,6 +28,7 @@ from typing import Any, Final, Literal, overload
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
+from surfacelog.schema.codec import JSON_ENCODER
 from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.events import Event, ReplaceOp
 from surfacelog.session import AppendSpec, build_event
@@ -56,7 +57,9 @@ copyreg.pickle(UnsetType, _reduce_unset)
 
 # -- the wire -------------------------------------------------------------------------
 
-_SPECS_ENCODER: Final = msgspec.json.Encoder()
+# Specs travel as JSON through the package's JSON encoder (``JSON_ENCODER``); the rest as
+# msgpack through this module's, the package's one msgpack encoder (and below, its one
+# untyped msgpack decoder, ``_VALUES_DECODER``: nothing else in the package uses msgpack).
 _MSGPACK_ENCODER: Final = msgspec.msgpack.Encoder()
 _EVENTS_DECODER: Final = msgspec.msgpack.Decoder(list[Event])
 
@@ -152,7 +155,7 @@ def encode_append(session_id: str, specs: Sequence[AppendSpec],
     if not all(_plain(s) for s in specs):
         return None
     try:
-        return _SPECS_ENCODER.encode(AppendRequest(session_id, list(specs), expected_seq))
+        return JSON_ENCODER.encode(AppendRequest(session_id, list(specs), expected_seq))
     except (TypeError, ValueError, msgspec.EncodeError):
         return None
 

@@ -5,13 +5,19 @@ with a ``DecodeError`` that names the line. Field *values* are not judged here: 
 whose ``seq`` is ``1.0`` or whose ``surfaceOp`` is ``null`` decodes to an ``Event``
 holding that value, and the session's validation refuses it under the rule SPEC orders
 first (eligibility before marker shape, and so on).
+
+``JSON_ENCODER`` and ``JSON_DECODER`` are the package's one untyped JSON encoder and
+decoder: the store's rows and headers, the actors' append requests and the core's copies
+of values all go through them. A decoder for one type (``Decoder(Event)`` here,
+``Decoder(ReplaceOp)`` in the store's rows...) lives beside the code that reads that
+type.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
@@ -20,9 +26,11 @@ from surfacelog.schema.errors import DecodeError
 from surfacelog.schema.events import Event, surface_op_from_json
 from surfacelog.schema.header import SessionHeader, header_from_json, header_to_json
 
-_ENCODER = msgspec.json.Encoder()
-_EVENT_DECODER = msgspec.json.Decoder(Event)
-_ANY_DECODER = msgspec.json.Decoder()
+JSON_ENCODER: Final = msgspec.json.Encoder()
+"""The package's JSON encoder: any JSON value or struct, as compact JSON bytes."""
+JSON_DECODER: Final = msgspec.json.Decoder()
+"""The package's untyped JSON decoder: a document as plain Python values."""
+_EVENT_DECODER: Final = msgspec.json.Decoder(Event)
 
 
 class _LooseEvent(Struct, rename="camel", forbid_unknown_fields=True):
@@ -37,7 +45,7 @@ class _LooseEvent(Struct, rename="camel", forbid_unknown_fields=True):
     ignorable: Any = UNSET
 
 
-_LOOSE_DECODER = msgspec.json.Decoder(_LooseEvent)
+_LOOSE_DECODER: Final = msgspec.json.Decoder(_LooseEvent)
 
 
 def _value(raw: Raw) -> Any:
@@ -51,7 +59,7 @@ def _value(raw: Raw) -> Any:
     if text.startswith(b"{"):
         return {k: _value(v) for k, v in msgspec.json.decode(text, type=dict[str, Raw]).items()}
     try:
-        return _ANY_DECODER.decode(text)
+        return JSON_DECODER.decode(text)
     except msgspec.ValidationError:
         # A number beyond the float range (``1e400``) reads as an infinity, as JSON.parse
         # reads it; the integer checks then refuse it.
@@ -103,17 +111,17 @@ def decode_event(line: bytes | str, where: str = "event") -> Event:
 
 def encode_event(event: Event) -> bytes:
     """The event as one line of compact JSON (no newline)."""
-    return _ENCODER.encode(event)
+    return JSON_ENCODER.encode(event)
 
 
 def encode_json(value: object) -> bytes:
     """Any JSON-encodable value (structs included) as compact JSON."""
-    return _ENCODER.encode(value)
+    return JSON_ENCODER.encode(value)
 
 
 def decode_json(data: bytes | str) -> Any:
     """Decode a JSON document into plain Python values."""
-    return _ANY_DECODER.decode(data)
+    return JSON_DECODER.decode(data)
 
 
 class LogFile(Struct, frozen=True):
@@ -127,7 +135,7 @@ def _is_header_line(line: bytes) -> bool:
     if b'"session"' not in line:
         return False
     try:
-        value = _ANY_DECODER.decode(line)
+        value = JSON_DECODER.decode(line)
     except msgspec.DecodeError:
         return False
     return isinstance(value, dict) and value.get("type") == "session"
@@ -142,7 +150,7 @@ def decode_log(content: bytes) -> LogFile:
     numbered = [(n, line) for n, line in enumerate(content.splitlines(), 1) if line.strip()]
     header: SessionHeader | None = None
     if numbered and _is_header_line(numbered[0][1]):
-        header = header_from_json(_ANY_DECODER.decode(numbered[0][1]))
+        header = header_from_json(JSON_DECODER.decode(numbered[0][1]))
         numbered = numbered[1:]
     events: list[Event] = []
     append = events.append
@@ -167,6 +175,6 @@ def encode_log(header: SessionHeader | None, events: Iterable[Event]) -> bytes:
     """JSONL: a DSH header line when ``header`` is given, then one line per event."""
     out = []
     if header is not None:
-        out.append(_ENCODER.encode(header_to_json(header, dsh_line=True)))
-    out.extend(_ENCODER.encode(e) for e in events)
+        out.append(JSON_ENCODER.encode(header_to_json(header, dsh_line=True)))
+    out.extend(JSON_ENCODER.encode(e) for e in events)
     return b"\n".join(out) + b"\n" if out else b""

@@ -13,8 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Final
 
-import msgspec
-
+from surfacelog.schema.codec import JSON_ENCODER
 from surfacelog.schema.header import SessionHeader, header_to_json
 from surfacelog.store.base import EventStore, SessionInfo
 from surfacelog.store.errors import (
@@ -28,7 +27,6 @@ from surfacelog.store.errors import (
 from surfacelog.store.rows import EncodedBatch, Row, StoredRow
 from surfacelog.store.stored import StoredSession
 
-_ENCODER: Final = msgspec.json.Encoder()
 _TEXT: Final = (str, type(None))
 _INT64: Final = range(-(2**63), 2**63)
 
@@ -89,7 +87,7 @@ class MemoryEventStore(EventStore):
             raise SessionExists(f"session {header.id!r} is already stored")
         rows = [_stored_row(header.id, batch.start, r) for r in batch.rows]
         self._sessions[header.id] = _Stored(
-            _ENCODER.encode(header_to_json(header)).decode(), header.created_at,
+            JSON_ENCODER.encode(header_to_json(header)).decode(), header.created_at,
             rows=rows, last_time=batch.last_time)
         return 1
 

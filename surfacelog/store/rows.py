@@ -21,6 +21,7 @@ from typing import Any, Final, NamedTuple, cast
 import msgspec
 from msgspec import UNSET
 
+from surfacelog.schema.codec import JSON_DECODER, JSON_ENCODER
 from surfacelog.schema.events import Event, ReplaceOp
 from surfacelog.session.gcpause import gc_paused
 from surfacelog.store.errors import BadEvent, CorruptStore, SeqMismatch
@@ -42,10 +43,8 @@ SELECT_EVENTS: Final = (
     " WHERE session_id = ? AND seq >= ? ORDER BY seq LIMIT ?"
 )
 
-_ENCODER = msgspec.json.Encoder()
-_ANY = msgspec.json.Decoder()
-_SEQS = msgspec.json.Decoder(tuple[int, ...])
-_OP = msgspec.json.Decoder(ReplaceOp)
+_SEQS: Final = msgspec.json.Decoder(tuple[int, ...])
+_OP: Final = msgspec.json.Decoder(ReplaceOp)
 _APPEND_JSON: Final = '"append"'
 
 
@@ -90,7 +89,7 @@ NO_ROWS: Final = EncodedBatch(0, [], None)
 
 def _json(value: Any, event: Event, field: str) -> str:
     try:
-        return _ENCODER.encode(value).decode()
+        return JSON_ENCODER.encode(value).decode()
     except (TypeError, msgspec.EncodeError) as exc:
         raise BadEvent(f"{event.type} at seq {event.seq!r}: {field} is not JSON: {exc}") \
             from exc
@@ -100,7 +99,7 @@ def _datas(events: Sequence[Event]) -> Sequence[str | None]:
     datas = [e.data for e in events]
     if UNSET not in datas:
         try:
-            return _ENCODER.encode_lines(datas)[:-1].decode().split("\n")
+            return JSON_ENCODER.encode_lines(datas)[:-1].decode().split("\n")
         except (TypeError, msgspec.EncodeError):
             pass  # an event's data is not JSON: encode one by one below to name it
     return [None if e.data is UNSET else _json(e.data, e, "data") for e in events]
@@ -123,7 +122,7 @@ def encode_batch(session_id: str, events: Sequence[Event]) -> EncodedBatch:
         bad = next(i for i, s in enumerate(seqs) if s != start + i)
         raise SeqMismatch(f"session {session_id!r}: batch seqs are not contiguous: seq "
                           f"{seqs[bad]!r} at position {bad}, expected {start + bad}")
-    enc = _ENCODER.encode
+    enc = JSON_ENCODER.encode
     try:
         rows: list[Row] = [
             (session_id, e.seq, e.type, e.time, data,
@@ -145,14 +144,14 @@ def _op(text: str) -> Any:
     try:
         return _OP.decode(text)
     except msgspec.ValidationError:
-        return _ANY.decode(text)  # not a valid marker: kept for the core to refuse
+        return JSON_DECODER.decode(text)  # not a valid marker: kept for the core to refuse
 
 
 def _seqs(text: str) -> Any:
     try:
         return _SEQS.decode(text)
     except msgspec.ValidationError:
-        value = _ANY.decode(text)  # not a list of ints: kept for the core to refuse
+        value = JSON_DECODER.decode(text)  # not a list of ints: kept for the core to refuse
         return tuple(value) if isinstance(value, list) else value
 
 
@@ -168,7 +167,7 @@ def _event(row: StoredRow, data: Any) -> Event:
 
 def _decode_one(session_id: str, row: StoredRow) -> Event:
     try:
-        return _event(row, UNSET if row[3] is None else _ANY.decode(row[3]))
+        return _event(row, UNSET if row[3] is None else JSON_DECODER.decode(row[3]))
     except msgspec.DecodeError as exc:
         raise CorruptStore(f"session {session_id!r} seq {row[0]}: stored event cannot be "
                            f"decoded: {exc}", session_id, row[0]) from exc
@@ -192,7 +191,7 @@ def decode_rows(session_id: str, rows: Sequence[StoredRow], first_seq: int) -> l
     with gc_paused():
         if None not in datas:
             try:
-                values = _ANY.decode("[" + ",".join(cast(list[str], datas)) + "]")
+                values = JSON_DECODER.decode("[" + ",".join(cast(list[str], datas)) + "]")
                 # A bad row can only hide in the joined text by adding or losing elements.
                 if len(values) == len(rows):
                     return [_event(r, d) for r, d in zip(rows, values, strict=True)]

@@ -11,6 +11,7 @@ from typing import Any, Final, Literal, TypeVar
 
 import msgspec
 
+from surfacelog.schema.codec import JSON_ENCODER
 from surfacelog.schema.header import SessionHeader, header_to_json
 from surfacelog.store.base import EventStore, SessionInfo
 from surfacelog.store.connection import ConnectionThread
@@ -23,7 +24,6 @@ from surfacelog.store.writer import GroupWriter, NewSession
 Synchronous = Literal["FULL", "NORMAL"]
 T = TypeVar("T")
 
-_ENCODER: Final = msgspec.json.Encoder()
 _NO_LIMIT: Final = -1
 
 
@@ -158,7 +158,7 @@ class SqliteEventStore(EventStore):
         created at once share commits. Raises ``SessionExists``, ``BadEvent``,
         ``CommitFailed``, ``StoreError``."""
         self._check_open()
-        new = NewSession(_ENCODER.encode(header_to_json(header)).decode(), header.created_at)
+        new = NewSession(JSON_ENCODER.encode(header_to_json(header)).decode(), header.created_at)
         waiter = self._writer.submit(header.id, 1, batch, durable=True, create=new)
         assert waiter is not None
         await waiter

@@ -10,18 +10,17 @@ path accepts and refuses exactly the same stored logs.
 
 from __future__ import annotations
 
-from typing import Final, NamedTuple
+from typing import NamedTuple
 
 import msgspec
 
+from surfacelog.schema.codec import JSON_DECODER
 from surfacelog.schema.errors import LogError
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader, header_from_json
 from surfacelog.session import Session, replay
 from surfacelog.store.errors import CorruptStore
 from surfacelog.store.rows import StoredRow, decode_rows
-
-_ANY: Final = msgspec.json.Decoder()
 
 
 class StoredSession(NamedTuple):
@@ -38,7 +37,7 @@ def decode_header(session_id: str, text: str) -> SessionHeader:
     """The header of ``session_id`` from its stored JSON text. Raises ``CorruptStore``
     when it cannot be read or names another session."""
     try:
-        value = _ANY.decode(text)
+        value = JSON_DECODER.decode(text)
         if not isinstance(value, dict):
             raise CorruptStore(f"session {session_id!r}: stored header is not a JSON object",
                                session_id)
