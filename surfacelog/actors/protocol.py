@@ -4,15 +4,36 @@ Every reply is a msgspec struct (or a list of events/messages); every error is a
 exception (a ``SurfacelogError``) that pickles to the same class and message on the
 caller's side.
 
-Appends travel as bytes (the "wire" helpers below): specs as one JSON document, and the
-reply as msgpack, usually an ``AppendAck`` (the first seq and the time) from which the
-client makes the logged events itself when they are read (``LoggedEvents``). Ray pickles
-anything else with cloudpickle, which calls back into Python for every struct and every
-``UNSET`` field; on the append path that cost more than the Ray call itself. For the
-same reason the rows of the database cross between a session actor and the journal as
-msgpack bytes both ways: a session actor activates from the journal's read of the
-session (``encode_stored``) and decodes and validates it itself, and it encodes the rows
-of each batch it writes (``pack_batch``), which the journal inserts as they are.
+An append takes one of two paths, and the client chooses (``SessionHandle.append`` and
+``append_batch`` in ``client.py``: they call ``encode_append`` and look at what it gives):
+
+* JSON bytes, the usual path. ``encode_append`` makes the request one JSON document and
+  the client calls the actor's ``append_wire`` with it; the actor decodes it
+  (``decode_append``) and appends the decoded specs as data it owns (no second copy).
+  The reply is msgpack, usually an ``AppendAck`` (the first seq and the time) from which
+  the client makes the logged events itself when they are read (``LoggedEvents``).
+* Pickled structs, the fallback. When a spec holds a value that a JSON round trip would
+  change (``_plain`` says which: a scalar subclass such as an ``IntEnum``, a NaN or an
+  infinity, which JSON writes as ``null``, a ``type`` that is not a ``str``, a set of
+  seqs, a value JSON cannot hold at all...), ``encode_append`` gives ``None`` and the
+  client sends the ``AppendSpec`` structs themselves to the actor's ``append`` or
+  ``append_batch``, which Ray pickles; the reply is the logged events.
+
+Both exist because a session behind an actor must report exactly what it reports
+in-process: the same events for the same specs and, for a spec it refuses, the same
+error with the same rule. JSON alone would turn a ``nan`` into ``null`` and an
+``IntEnum`` into a plain ``int``, and the session would log and return other values than
+the caller's; pickling alone would cost more than the Ray call itself, since Ray
+pickles with cloudpickle, which calls back into Python for every struct and every
+``UNSET`` field. So the common case travels as bytes and the odd one, exactly, as
+structs. Both end in the same ``LiveSession.append_request``, so they append, refuse
+and answer retries (``expected_seq``) alike.
+
+For the same reason as the JSON path, the rows of the database cross between a session
+actor and the journal as msgpack bytes both ways: a session actor activates from the
+journal's read of the session (``encode_stored``) and decodes and validates it itself,
+and it encodes the rows of each batch it writes (``pack_batch``), which the journal
+inserts as they are.
 
 The replace requests (``CompactionRequest``, ``PruneRequest``) are the core's
 (``surfacelog.session.compaction``), re-exported here.
@@ -115,9 +136,20 @@ _SCALARS: Final = (str, int, float)
 
 
 def _plain(spec: AppendSpec) -> bool:
-    """True when a JSON round trip of ``spec`` gives exactly what ``Session.build``
-    would make of it: its ``data`` is then the private JSON copy ``build`` takes, and
-    the other fields come back as values ``build`` treats the same way."""
+    """True when a JSON round trip of ``spec`` gives exactly what ``build_event`` would
+    make of it: its ``data`` is then the private JSON copy ``build_event`` takes, and
+    the other fields come back as values ``build_event`` treats the same way.
+
+    This decides the append's path (see the module docstring): a plain spec can travel
+    as JSON bytes (``append_wire``); any other is sent as the struct itself (``append``,
+    ``append_batch``, pickled by Ray), so that the session builds and judges exactly the
+    caller's values. Not plain: ``data`` a scalar of a subclass (an ``IntEnum``, a
+    ``str`` subclass: ``build_event`` keeps it as it is, JSON would give the base type)
+    or a non-finite float (JSON has none: ``null``); a ``type`` that is not a ``str``;
+    a ``surfaceOp`` other than ``"append"`` or a ``ReplaceOp`` of ``int`` bounds;
+    ``sourceEventSeqs`` other than a list or tuple of ``int``; ``ignorable`` other than
+    ``True``. Being wrong here in the safe direction only costs speed: a spec refused
+    here travels pickled and is judged in the session as in-process."""
     data = spec.data
     kind = type(data)
     if kind not in _EXACT_DATA and isinstance(data, _SCALARS) and not (
@@ -149,9 +181,13 @@ _REQUEST_DECODER: Final = msgspec.json.Decoder(AppendRequest)
 
 def encode_append(session_id: str, specs: Sequence[AppendSpec],
                   expected_seq: int | None) -> bytes | None:
-    """An append request as JSON bytes for ``decode_append``; ``None`` when a spec holds
-    a value the JSON round trip would change (send those as structs: the session then
-    reports exactly what it reports in-process)."""
+    """An append request as JSON bytes for ``decode_append`` (the actor's
+    ``append_wire``: the usual path); ``None`` when a spec holds a value the JSON round
+    trip would change (``_plain``) or one JSON cannot hold at all. On ``None`` the
+    caller sends the specs as structs instead (the actor's ``append`` or
+    ``append_batch``, pickled by Ray), so that the session reports exactly what it
+    reports in-process. ``SessionHandle.append`` / ``append_batch`` (``client.py``)
+    make this choice for every append."""
     if not all(_plain(s) for s in specs):
         return None
     try:
