@@ -243,7 +243,7 @@ async def bench_append_rtt(tmp: str, report: Report, n: int = 2000,
         try:
             handle = host.session(f"rtt-{durability}")
             await handle.append("turn/start", {"turn": 1})
-            actor = host.actor(handle.session_id)
+            actor = await host.actor(handle.session_id)
             data = {"turn": 1, "step": 1, "chunk": CHUNK}
 
             async def ping(actor: Any = actor) -> None:
@@ -365,7 +365,7 @@ async def bench_derive(tmp: str, report: Report, sizes: Sequence[int] = (1_000, 
             for specs in batches:
                 await handle.append_batch(specs)
             length = (await handle.surface()).length
-            actor = host.actor(handle.session_id)
+            actor = await host.actor(handle.session_id)
 
             async def ping(actor: Any = actor) -> None:
                 await actor.ping.remote()
@@ -417,7 +417,7 @@ async def bench_reactivation(host: Client, handle: Any, report: Report, length: 
 
 
 async def empty_actor_baseline(tmp: str, n: int = 5) -> tuple[float, float]:
-    """An empty session-host actor (no session): its USS, and the time from creating it
+    """An empty session actor (no session): its USS, and the time from creating it
     to the answer of its first call (a new worker process), medians of ``n`` started
     one after another."""
     from surfacelog.actors.session_actor import RemoteSessionActor
@@ -428,8 +428,8 @@ async def empty_actor_baseline(tmp: str, n: int = 5) -> tuple[float, float]:
     try:
         for _ in range(n):
             t0 = time.perf_counter()
-            actor = RemoteSessionActor.options(num_cpus=0).remote(host.db, "packed",
-                                                                 "buffered", None)
+            actor = RemoteSessionActor.options(num_cpus=0).remote(
+                host.config, host.config.shards.names[0])
             actors.append(actor)
             await actor.ping.remote()
             starts.append(time.perf_counter() - t0)
@@ -508,7 +508,7 @@ async def bench_packed(tmp: str, report: Report, empty: tuple[float, float],
         # Resolve every pack actor first: their empty USS is the baseline.
         k = 0
         while len(host._actors) < packs:
-            host.actor(f"probe-{k}")
+            await host.actor(f"probe-{k}")
             k += 1
         base = sum(s.uss_bytes for s in await host.actor_stats())  # type: ignore[misc]
         # One after another: per-session activation latency.
@@ -525,7 +525,7 @@ async def bench_packed(tmp: str, report: Report, empty: tuple[float, float],
             t0 = time.perf_counter()
             await host.session(f"p-{k}").surface()
             reload.append(time.perf_counter() - t0)
-        actor = host.actor("p-0")
+        actor = await host.actor("p-0")
         pings = await timed(lambda: actor.ping.remote(), max(sequential, 20))
         held = sequential
         started = time.perf_counter()

@@ -11,6 +11,9 @@ import pytest
 @pytest.fixture(scope="session")
 def ray_local() -> Iterator[None]:
     """``ray.init(num_cpus=2)`` once per test session, shut down at the end."""
+    from surfacelog.actors.client import local_ray_on_loopback
+
+    local_ray_on_loopback()
     import ray
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")

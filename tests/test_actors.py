@@ -91,9 +91,9 @@ async def test_driven_sessions_with_compaction_replay_to_the_live_state(
     ids = [f"d{k:02d}" for k in range(20)]
     db = host.db
     compactor = RemoteCompactor.options(num_cpus=0).remote(
-        db, placement, "durable", 2, compact_at=900, prune_over=3000)
+        host.config, compact_at=900, prune_over=3000)
     driver = RemoteDriver.options(num_cpus=0).remote(
-        db, placement, "durable", ScriptConfig(steps=2, chunks=4), 2)
+        host.config, ScriptConfig(steps=2, chunks=4))
     try:
         await compactor.manage.remote(ids)
         await compactor.start.remote(0.05)
@@ -135,7 +135,7 @@ async def test_killed_actor_comes_back_and_nothing_acknowledged_is_lost(
         task = asyncio.ensure_future(driver.run(6))
         while len(acked) < 40:
             await asyncio.sleep(0.01)
-        ray.kill(host.actor("victim"), no_restart=False)
+        ray.kill(await host.actor("victim"), no_restart=False)
         await asyncio.wait_for(task, timeout=120)
         assert progress.turns_interrupted >= 1
         assert progress.turns_done + progress.turns_interrupted == 6
@@ -162,13 +162,13 @@ async def test_passivation_and_reactivation_keep_everything(
         if placement == "packed":
             # Inside a turn the session is not idle yet: it stays active.
             await asyncio.sleep(1.0)
-            stats = await host.actor("idle").actor_stats.remote()
+            stats = await (await host.actor("idle")).actor_stats.remote()
             assert stats.active_sessions == 1 and stats.passivations == 0
         await s.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}},
                        expected_seq=2)
         before = await s.derive_messages()
         length = (await s.surface()).length
-        actor = host.actor("idle")
+        actor = await host.actor("idle")
         for _ in range(150):  # the reaper runs every 0.25 s; allow a loaded machine
             await asyncio.sleep(0.1)
             if placement == "packed":
@@ -204,7 +204,8 @@ async def test_stale_incarnation_is_fenced(tmp_path: Path) -> None:
         s = host.session("fence")
         await s.append("turn/start", {"turn": 1})
         # A second incarnation (as a restarted actor would be) takes the session.
-        other = RemoteSessionActor.options(num_cpus=0).remote(host.db, "packed", "durable", None)
+        other = RemoteSessionActor.options(num_cpus=0).remote(
+            host.config, host.config.shards.names[0])
         await other.append.remote("fence", AppendSpec("todo/write", {"todos": []}))
         with pytest.raises(WriterFenced):
             await s.append("todo/write", {"todos": [{"content": "late", "status": "x"}]})

@@ -83,6 +83,7 @@ def test_single_is_one_unpinned_default_shard(tmp_path: Path) -> None:
     ([{"name": "a", "path": "/a", "resource": ""}], "empty resource"),
     ([{"name": "a", "path": "/a", "disk": "ssd"}], "disk"),
     ([{"name": "a"}], "path"),
+    ([{"name": "a", "path": "/a", "added": -1}], "negative"),
 ])
 def test_bad_configuration_is_refused_naming_the_file_and_rule(
         tmp_path: Path, shards: list[dict[str, str]], fragment: str) -> None:
@@ -118,3 +119,28 @@ def test_relative_paths_are_taken_from_the_files_folder(tmp_path: Path) -> None:
     assert m.get("s1").resource is None
     with pytest.raises(KeyError):
         m.get("s2")
+
+
+@given(ids)
+def test_candidates_are_the_home_alone_until_a_shard_is_added(session_id: str) -> None:
+    initial = _map("a", "b", "c")
+    assert initial.candidates(session_id) == [initial.home(session_id)]
+    grown = ShardMap((*initial.shards, Shard("d", "/data/d.db", "r_d", added=1)))
+    found = grown.candidates(session_id)
+    assert found[0] == grown.home(session_id)
+    # The shard an id was created on before "d" existed is always a candidate.
+    assert initial.home(session_id) in found
+    assert len(found) == (2 if grown.home(session_id).name == "d" else 1)
+
+
+def test_candidates_follow_each_generation() -> None:
+    shards = ShardMap((Shard("a", "/a"), Shard("b", "/b", added=1), Shard("c", "/c", added=2)))
+    for k in range(300):
+        sid = f"x{k}"
+        order = shards.preference(sid)
+        expected = []
+        for generation in (2, 1, 0):  # where an id created at each generation lives
+            home = next(s for s in order if s.added <= generation)
+            if home not in expected:
+                expected.append(home)
+        assert shards.candidates(sid) == sorted(expected, key=order.index)

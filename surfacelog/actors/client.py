@@ -13,6 +13,7 @@ import concurrent.futures
 import contextlib
 import os
 import zlib
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -20,37 +21,54 @@ import ray
 from msgspec import UNSET
 from ray.exceptions import RayActorError, RayTaskError
 
-from surfacelog.actors.journal import (
-    NAMESPACE,
-    RemoteJournal,
-    db_key,
-    flush_journal,
-    journal_name,
-)
+from surfacelog.actors.config import NAMESPACE, Durability, HostingConfig, Placement
+from surfacelog.actors.journal import RemoteJournal, flush_journal, journal_name
 from surfacelog.actors.protocol import (
     ActorStats,
     CompactionRequest,
-    Durability,
     LoggedEvents,
-    Placement,
     PruneRequest,
     SessionStats,
+    ShardUnavailable,
     decode_events,
     decode_messages,
     encode_append,
     failure_line,
 )
-from surfacelog.actors.retry import Backoff
+from surfacelog.actors.retry import Backoff, through_restarts
 from surfacelog.actors.session_actor import RemoteSessionActor
 from surfacelog.schema.events import Event
+from surfacelog.schema.header import SessionHeader
 from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
-from surfacelog.store.base import CommitFailed, SessionInfo, StoreError
+from surfacelog.session.fork import SESSION_ALREADY_EXISTS, ForkError
+from surfacelog.store.base import CommitFailed, SessionExists, SessionInfo, StoreError
+from surfacelog.store.shards import Shard, ShardMap
 from surfacelog.store.sqlite import sqlite_backend
 
 RETRY_FOR_S = 30.0
 """How long a handle keeps resending an idempotent request whose actor died or is
 restarting (Ray restarts it; a dedicated actor's new process takes about a second)."""
 _MAX_CONCURRENCY = 10_000
+_HOMES_KEPT = 100_000
+"""Session homes a client remembers (least recently used dropped first)."""
+
+
+def local_ray_on_loopback() -> None:
+    """Make the local Ray that ``ray.init`` is about to start listen on loopback only.
+
+    Ray binds its servers (GCS, raylet, object manager, workers) to the node's IP, and
+    to loopback only when that IP is loopback. On Linux it takes the machine's outward
+    IP unless its switch ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` says no cluster is being
+    formed; that switch is read once, when ``ray`` is imported, so it is set both in the
+    environment (for the processes Ray spawns) and on the already imported constant.
+    ``tests/test_security.py`` checks every listening socket of the local Ray, so a Ray
+    release that moves the switch fails there. Does nothing when the caller set it."""
+    if "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" in os.environ:
+        return
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
 
 
 async def _shutdown_actor(actor: Any) -> list[str]:
@@ -84,58 +102,135 @@ def _unwrap(exc: RayTaskError) -> BaseException:
 
 
 class Client:
-    """A connection to the sessions of one database file on a Ray cluster."""
+    """A connection to the sessions of one deployment (its ``HostingConfig``: one or
+    more shards) on a Ray cluster. Build it with ``connect``."""
 
-    def __init__(self, db: str, placement: Placement, packs: int, durability: Durability,
-                 idle_timeout_s: float | None, journal: Any) -> None:
-        self.db = db
-        self.placement: Placement = placement
-        self.packs = packs
-        self.durability: Durability = durability
-        self.idle_timeout_s = idle_timeout_s
-        self.journal = journal
+    def __init__(self, config: HostingConfig, journals: dict[str, Any]) -> None:
+        self.config = config
+        self.journals = journals
+        """Each shard's journal actor, by shard name."""
         self._actors: dict[str, Any] = {}
-        self._key = db_key(db)
+        self._homes: OrderedDict[str, Shard] = OrderedDict()
         self.resent = 0
         """Requests this client's handles sent again after their actor died."""
         self.retry_for_s = RETRY_FOR_S
 
-    def actor_name(self, session_id: str) -> str:
-        """The Ray actor name that serves ``session_id`` in this placement."""
-        key = self._key
-        if self.placement == "dedicated":
-            return f"session:{key}:{session_id}"
-        shard = zlib.crc32(session_id.encode()) % self.packs
-        return f"pack:{key}:{shard}"
+    @property
+    def db(self) -> str:
+        """The database file of a one-shard deployment. Raises ``ValueError`` when
+        there are several (name a shard instead)."""
+        if len(self.config.shards.shards) != 1:
+            raise ValueError("this deployment has several shards: name one")
+        return self.config.shards.shards[0].path
 
-    def actor(self, session_id: str) -> Any:
-        """Get or create the actor serving ``session_id``."""
-        name = self.actor_name(session_id)
+    @property
+    def journal(self) -> Any:
+        """The journal of a one-shard deployment. Raises ``ValueError`` when there are
+        several."""
+        if len(self.journals) != 1:
+            raise ValueError("this deployment has several shards: name one")
+        return next(iter(self.journals.values()))
+
+    # -- where a session lives -----------------------------------------------------------
+
+    async def locate(self, session_id: str) -> tuple[Shard, bool]:
+        """Where ``session_id`` is stored (``(shard, True)``), else its home
+        (``(home, False)``), asking its candidate shards now (``ShardMap.candidates``).
+        Raises ``ShardUnavailable`` when a candidate does not answer within the retry
+        window before the session is found."""
+        candidates = self.config.shards.candidates(session_id)
+        for shard in candidates:
+            if await self._holds(shard, session_id):
+                return shard, True
+        return candidates[0], False
+
+    async def shard_of(self, session_id: str) -> Shard:
+        """The shard that holds ``session_id``, or where it will be created (see
+        ``locate``). With no shard added later that is its home, found without asking
+        anyone; otherwise the answer is remembered. Raises ``ShardUnavailable``."""
+        candidates = self.config.shards.candidates(session_id)
+        if len(candidates) == 1:
+            return candidates[0]
+        known = self._homes.get(session_id)
+        if known is not None:
+            self._homes.move_to_end(session_id)
+            return known
+        home, _ = await self.locate(session_id)
+        self._homes[session_id] = home
+        while len(self._homes) > _HOMES_KEPT:
+            self._homes.popitem(last=False)
+        return home
+
+    async def _holds(self, shard: Shard, session_id: str) -> bool:
+        held: bool = await self._on_shard(shard.name, "holds", session_id)
+        return held
+
+    def actor_name(self, shard: Shard, session_id: str) -> str:
+        """The Ray actor name that serves ``session_id`` on ``shard``."""
+        key = self.config.shard_key(shard)
+        if self.config.placement == "dedicated":
+            return f"session:{key}:{session_id}"
+        pack = zlib.crc32(session_id.encode()) % self.config.packs
+        return f"pack:{key}:{pack}"
+
+    async def actor(self, session_id: str) -> Any:
+        """Get or create the actor serving ``session_id`` (on its shard's node). Raises
+        ``ShardUnavailable``."""
+        shard = await self.shard_of(session_id)
+        name = self.actor_name(shard, session_id)
         actor = self._actors.get(name)
         if actor is None:
             actor = RemoteSessionActor.options(
                 name=name, namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
                 max_restarts=-1, max_task_retries=0, num_cpus=0,
-                max_concurrency=_MAX_CONCURRENCY,
-            ).remote(self.db, self.placement, self.durability, self.idle_timeout_s)
+                max_concurrency=_MAX_CONCURRENCY, resources=shard.pin,
+            ).remote(self.config, shard.name)
             self._actors[name] = actor
         return actor
 
     def forget(self, session_id: str) -> None:
         """Drop the cached actor handle (after the actor died) to resolve it again."""
-        self._actors.pop(self.actor_name(session_id), None)
+        candidates = self.config.shards.candidates(session_id)
+        shard = candidates[0] if len(candidates) == 1 else self._homes.get(session_id)
+        if shard is not None:
+            self._actors.pop(self.actor_name(shard, session_id), None)
 
     def session(self, session_id: str) -> SessionHandle:
         """A handle on ``session_id`` (created on its first request if missing)."""
         return SessionHandle(self, session_id)
 
+    # -- every shard ---------------------------------------------------------------------
+
     async def list_sessions(self) -> list[SessionInfo]:
-        sessions: list[SessionInfo] = await self.journal.list_sessions.remote()
-        return sessions
+        """Every stored session of every shard, ordered by id. Raises
+        ``ShardUnavailable`` when a shard does not answer."""
+        parts = await asyncio.gather(*(self._on_shard(name, "list_sessions")
+                                       for name in self.journals))
+        return sorted((info for part in parts for info in part), key=lambda i: i.id)
+
+    async def _on_shard(self, name: str, method: str, *args: Any) -> Any:
+        """``method(*args)`` of shard ``name``'s journal, sent again while it restarts.
+        Raises ``ShardUnavailable`` when it does not answer within the retry window
+        (its node is lost: the journal waits for a node offering the shard's
+        resource)."""
+        journal = self.journals[name]
+        try:
+            return await asyncio.wait_for(through_restarts(
+                lambda _again: getattr(journal, method).remote(*args), self.retry_for_s),
+                self.retry_for_s)
+        except (RayActorError, asyncio.TimeoutError) as exc:
+            raise ShardUnavailable(f"shard {name!r} did not answer {method} within "
+                                   f"{self.retry_for_s:g} s ({type(exc).__name__})") from None
 
     async def journal_stats(self) -> dict[str, Any]:
-        stats: dict[str, Any] = await self.journal.stats.remote()
-        return stats
+        """The journals' commit counters, summed over the shards."""
+        parts = await asyncio.gather(*(self._on_shard(name, "stats")
+                                       for name in self.journals))
+        total: dict[str, Any] = {}
+        for part in parts:
+            for key, value in part.items():
+                total[key] = total.get(key, 0) + value
+        return total
 
     async def actor_stats(self) -> list[ActorStats]:
         """One entry per session actor this client has resolved."""
@@ -144,16 +239,19 @@ class Client:
 
     async def passivate_all(self) -> list[str]:
         """Passivate (flush) every session of every actor this client has resolved,
-        then flush the journal. Returns the write failures found, one line per session
+        then flush the journals. Returns the write failures found, one line per session
         (``session: error``); with buffered durability each means acknowledged events
         that are not stored. Every session is passivated either way."""
         found = await asyncio.gather(*(_shutdown_actor(a) for a in list(self._actors.values())))
         failures = [line for lines in found for line in lines]
-        try:
-            await flush_journal(self.journal)
-        except (RayActorError, RayTaskError) as exc:
-            error = _unwrap(exc) if isinstance(exc, RayTaskError) else exc
-            failures.append(failure_line("(journal flush)", error))
+        for name, journal in self.journals.items():
+            try:
+                await flush_journal(journal)
+            except (RayActorError, RayTaskError) as exc:
+                error = _unwrap(exc) if isinstance(exc, RayTaskError) else exc
+                subject = "(journal flush)" if len(self.journals) == 1 else \
+                    f"(journal flush, shard {name})"
+                failures.append(failure_line(subject, error))
         return failures
 
     async def flush(self) -> None:
@@ -164,7 +262,7 @@ class Client:
                              + "; ".join(failures[:5]))
 
     def shutdown(self) -> list[str]:
-        """Passivate (flush) and kill every actor this client resolved, and the journal.
+        """Passivate (flush) and kill every actor this client resolved, and the journals.
         Returns ``passivate_all``'s write failures (the actors are stopped regardless)."""
         failures: list[str] = []
 
@@ -176,41 +274,64 @@ class Client:
         finally:
             for actor in self._actors.values():
                 ray.kill(actor, no_restart=True)
-            with contextlib.suppress(RayActorError):
-                ray.get(self.journal.close.remote())
-            ray.kill(self.journal, no_restart=True)
+            for journal in self.journals.values():
+                with contextlib.suppress(RayActorError):
+                    ray.get(journal.close.remote(), timeout=self.retry_for_s)
+                ray.kill(journal, no_restart=True)
             self._actors.clear()
         return failures
 
 
-def connect(address: str | None = None, db: str = "surfacelog.db", *,
-            placement: Placement = "dedicated", packs: int = 8,
-            durability: Durability = "durable", idle_timeout_s: float | None = 600.0,
-            store_options: dict[str, Any] | None = None,
-            journal_resources: dict[str, float] | None = None,
-            **ray_init: Any) -> Client:
-    """Connect to (or start) Ray and the journal of ``db``; returns a ``Client``.
-
-    ``address=None`` starts an embedded local Ray unless one is initialised already.
-    The journal's backend is ``SqliteEventStore.open(db, **store_options)``.
-    ``journal_resources`` pins the journal actor to the node that holds the database
-    file (give that node a custom resource). Raises ``VersionRefused`` when ``db`` was
-    written by another build.
-    """
-    if not ray.is_initialized():
-        ray.init(address=address, namespace=NAMESPACE, **ray_init)
-    path = os.path.abspath(db)
-    journal = RemoteJournal.options(
-        name=journal_name(path), namespace=NAMESPACE, get_if_exists=True,
+def start_journal(config: HostingConfig, shard: Shard) -> Any:
+    """Get or create ``shard``'s journal actor, on the shard's node (its resource)."""
+    return RemoteJournal.options(
+        name=journal_name(shard.path), namespace=NAMESPACE, get_if_exists=True,
         lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,
-        max_concurrency=_MAX_CONCURRENCY, resources=journal_resources or {},
-    ).remote(sqlite_backend(path, **(store_options or {})))
-    try:
-        ray.get(journal.ready.remote())
-    except RayTaskError as exc:
-        ray.kill(journal, no_restart=True)
-        raise _unwrap(exc) from None
-    return Client(path, placement, packs, durability, idle_timeout_s, journal)
+        max_concurrency=_MAX_CONCURRENCY, resources=shard.pin,
+    ).remote(sqlite_backend(shard.path, **config.store_options))
+
+
+def connect(address: str | None = None, db: str = "surfacelog.db", *,
+            shards: ShardMap | None = None, placement: Placement = "dedicated",
+            packs: int = 8, durability: Durability = "durable",
+            idle_timeout_s: float | None = 600.0,
+            store_options: dict[str, Any] | None = None,
+            config: HostingConfig | None = None, ready_timeout_s: float = 30.0,
+            **ray_init: Any) -> Client:
+    """Connect to (or start) Ray and the journals of the deployment; returns a
+    ``Client``.
+
+    The deployment is ``config``, or else one made of the other arguments: ``shards``
+    (a ``ShardMap``; default one shard, the file ``db``), ``placement``, ``packs``,
+    ``durability``, ``idle_timeout_s`` and ``store_options`` (``SqliteEventStore.open``
+    options of every shard). ``address=None`` starts an embedded local Ray unless one is
+    initialised already; it listens on loopback only. Each shard's journal is waited
+    for up to ``ready_timeout_s``; one that does not answer by then (its node is not
+    up) leaves its sessions raising ``ShardUnavailable`` until it does. Raises
+    ``VersionRefused`` when a shard's file was written by another build.
+    """
+    if config is None:
+        config = HostingConfig(
+            shards if shards is not None else ShardMap.single(db), placement=placement,
+            packs=packs, durability=durability, idle_timeout_s=idle_timeout_s,
+            store_options=dict(store_options or {}))
+    if not ray.is_initialized():
+        if address is None:
+            local_ray_on_loopback()
+        ray.init(address=address, namespace=NAMESPACE, **ray_init)
+    journals = {shard.name: start_journal(config, shard) for shard in config.shards.shards}
+    # A shard whose node is not up yet is not waited for: its sessions raise
+    # ShardUnavailable until it is. A shard that answers with an error fails the connect.
+    readiness = [journal.ready.remote() for journal in journals.values()]
+    answered, _ = ray.wait(readiness, num_returns=len(readiness), timeout=ready_timeout_s)
+    for ref in answered:
+        try:
+            ray.get(ref)
+        except RayTaskError as exc:
+            for started in journals.values():
+                ray.kill(started, no_restart=True)
+            raise _unwrap(exc) from None
+    return Client(config, journals)
 
 
 class SessionHandle:
@@ -235,11 +356,17 @@ class SessionHandle:
         for a flush, whose caller must learn that a write failed)."""
         backoff = Backoff(self.client.retry_for_s)
         while True:
-            actor = self.client.actor(self.session_id)
+            actor = await self.client.actor(self.session_id)
             try:
-                if keyed:
-                    return await getattr(actor, method).remote(self.session_id, *args)
-                return await getattr(actor, method).remote(*args)
+                call = getattr(actor, method)
+                ref = call.remote(self.session_id, *args) if keyed else call.remote(*args)
+                # An actor whose node is gone waits for a node offering its shard's
+                # resource; without a deadline the caller would wait with it.
+                return await asyncio.wait_for(ref, backoff.remaining())
+            except asyncio.TimeoutError:
+                raise ShardUnavailable(
+                    f"session {self.session_id!r}: its actor did not answer {method} within "
+                    f"{self.client.retry_for_s:g} s (its shard's node is lost?)") from None
             except RayTaskError as exc:
                 error = _unwrap(exc)
                 # The session actor's journal died or its commit failed: the session
@@ -319,9 +446,27 @@ class SessionHandle:
 
     async def fork(self, boundary: int | None = None,
                    child_id: str | None = None) -> SessionHandle:
-        """Fork a child seeded with ``log[0..boundary]``; returns its handle."""
-        header = await self._call("fork", boundary, child_id, idempotent=False)
-        return SessionHandle(self.client, header.id)
+        """Fork a child seeded with ``log[0..boundary]``; returns its handle. The child
+        is stored on its own home shard, which may not be the parent's. Raises
+        ``ForkError``, ``ShardUnavailable``."""
+        client = self.client
+        if len(client.config.shards.shards) == 1:
+            header: SessionHeader = await self._call("fork", boundary, child_id,
+                                                     idempotent=False)
+            return SessionHandle(client, header.id)
+        header, batch = await self._call("fork_seed", boundary, child_id, idempotent=True)
+        shard, stored = await client.locate(header.id)
+        if stored:
+            raise ForkError(SESSION_ALREADY_EXISTS, f"session {header.id!r} already exists")
+        try:
+            await client.journals[shard.name].create_stored.remote(header, batch)
+        except RayTaskError as exc:
+            error = _unwrap(exc)
+            if isinstance(error, SessionExists):
+                raise ForkError(SESSION_ALREADY_EXISTS,
+                                f"session {header.id!r} already exists") from None
+            raise error from None
+        return SessionHandle(client, header.id)
 
     async def flush(self) -> None:
         await self._call("flush", idempotent=True, relayed=False)

@@ -20,7 +20,8 @@ import msgspec
 import ray
 
 from surfacelog.actors.client import Client, SessionHandle, connect
-from surfacelog.actors.protocol import Conflict, Durability, Placement, failure_line
+from surfacelog.actors.config import HostingConfig
+from surfacelog.actors.protocol import Conflict, failure_line
 from surfacelog.schema.events import Event
 from surfacelog.session.compaction_policy import (
     choose_range,
@@ -115,10 +116,8 @@ class _Watcher:
     prune_only = False
     compact_only = False
 
-    def __init__(self, db: str, placement: Placement, durability: Durability,
-                 packs: int = 8, **compactor: Any) -> None:
-        self._client: Client = connect(db=db, placement=placement, packs=packs,
-                                   durability=durability)
+    def __init__(self, hosting: HostingConfig, **compactor: Any) -> None:
+        self._client: Client = connect(config=hosting)
         self._compactor = Compactor(**compactor)
         self._managed: list[str] = []
         self._task: asyncio.Task[None] | None = None

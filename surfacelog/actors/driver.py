@@ -19,14 +19,14 @@ import ray
 from ray.exceptions import RayActorError
 
 from surfacelog.actors.client import SessionHandle, connect
+from surfacelog.actors.config import HostingConfig
 from surfacelog.actors.protocol import (
     Conflict,
-    Durability,
     LoggedEvents,
-    Placement,
     SessionUnavailable,
 )
 from surfacelog.actors.script import AgentScript, ScriptConfig
+from surfacelog.schema.errors import SurfacelogError
 from surfacelog.session import AppendSpec
 from surfacelog.session.turns import last_turn_boundary
 from surfacelog.store.base import StoreError
@@ -34,7 +34,7 @@ from surfacelog.store.base import StoreError
 MAX_RESENDS = 50
 
 
-class TurnInterrupted(Exception):
+class TurnInterrupted(SurfacelogError):
     """Crash repair closed the turn the driver was in."""
 
 
@@ -204,9 +204,8 @@ class SessionDriver:
 class DriverActor:
     """Drives many sessions concurrently (one asyncio task each)."""
 
-    def __init__(self, db: str, placement: Placement, durability: Durability,
-                 config: ScriptConfig, packs: int = 8) -> None:
-        self._client = connect(db=db, placement=placement, packs=packs, durability=durability)
+    def __init__(self, hosting: HostingConfig, config: ScriptConfig) -> None:
+        self._client = connect(config=hosting)
         self._config = config
         self._progress = DriverProgress()
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -34,6 +33,8 @@ from typing import Any, TypeVar
 
 import ray
 
+from surfacelog.actors.config import NAMESPACE as NAMESPACE
+from surfacelog.actors.config import db_key
 from surfacelog.actors.protocol import (
     BatchPayload,
     decode_stored,
@@ -43,14 +44,13 @@ from surfacelog.actors.protocol import (
 )
 from surfacelog.actors.retry import through_restarts
 from surfacelog.schema.header import SessionHeader
-from surfacelog.store.base import EventStore, SessionInfo
+from surfacelog.store.base import EventStore, SessionInfo, SessionNotFound
 from surfacelog.store.rows import EncodedBatch
 from surfacelog.store.stored import StoredSession
 
 T = TypeVar("T")
 BackendOpener = Callable[[], Awaitable[EventStore]]
 """What a journal is built with: a picklable callable that opens its backend."""
-NAMESPACE = "surfacelog"
 SHIP_DELAY_S = 0.05
 """How long buffered batches wait in a session actor for company before shipping."""
 SHIP_EVENTS = 4096
@@ -79,11 +79,6 @@ async def _resending(send: Callable[[bool], Awaitable[T]]) -> T:
     (same epoch, seqs stored) and commits one it lost. Raises the last ``RayActorError``
     after ``JOURNAL_RESTART_S``, and the journal's own errors at once."""
     return await through_restarts(send, JOURNAL_RESTART_S)
-
-
-def db_key(db: str) -> str:
-    """A short stable key for a database path (names the actors that serve it)."""
-    return hashlib.sha1(os.path.abspath(db).encode()).hexdigest()[:10]
 
 
 def journal_name(db: str) -> str:
@@ -171,6 +166,15 @@ class JournalActor:
     async def list_sessions(self) -> list[SessionInfo]:
         result = await (await self._get()).list_sessions()
         return result
+
+    async def holds(self, session_id: str) -> bool:
+        """True when ``session_id`` is stored here (committed, or accepted for creation
+        before this call: creation is a durable write)."""
+        try:
+            await (await self._get()).read_stored(session_id, limit=0)
+        except SessionNotFound:
+            return False
+        return True
 
     async def stats(self) -> dict[str, Any]:
         """The backend's counters (for SQLite: commits, events committed...)."""

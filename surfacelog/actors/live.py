@@ -228,6 +228,14 @@ class LiveSession:
             self.replaces += 1
             return events
 
+    async def fork_seed(self, boundary: int | None, child_id: str | None) -> Session:
+        """The child a fork at ``boundary`` would store (its header and seed log),
+        storing nothing: for a child that goes to another shard. Raises ``ForkError``
+        (but not for a child id stored elsewhere: the caller checks that)."""
+        async with self.lock:
+            self._touch()
+            return fork({self.session_id: self.session}, self.session_id, boundary, child_id)
+
     async def fork(self, boundary: int | None, child_id: str | None) -> SessionHeader:
         """Store a child seeded with ``log[0..boundary]``; returns its header. The
         child is activated like any session when first used. Raises ``ForkError``."""

@@ -44,11 +44,13 @@ from __future__ import annotations
 import copyreg
 import math
 from collections.abc import Iterator, Sequence
-from typing import Any, Final, Literal, overload
+from typing import Any, Final, overload
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
+from surfacelog.actors.config import Durability as Durability
+from surfacelog.actors.config import Placement as Placement
 from surfacelog.schema.codec import JSON_ENCODER
 from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.events import Event, ReplaceOp
@@ -350,8 +352,6 @@ def decode_events(payload: EventsPayload) -> list[Event]:
     return payload
 
 
-Placement = Literal["dedicated", "packed"]
-Durability = Literal["durable", "buffered"]
 
 
 class Conflict(StaleRequest):
@@ -370,6 +370,13 @@ class SessionUnavailable(SurfacelogError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), self.args)
+
+
+class ShardUnavailable(SessionUnavailable):
+    """The shard that holds (or would hold) the session did not answer within the retry
+    window: its node is lost or its writer cannot start. Sessions of other shards are
+    unaffected; the shard serves again when a node offering its resource and holding
+    its file returns."""
 
 
 class SessionStats(Struct, frozen=True):

@@ -25,6 +25,11 @@ class Backoff:
         self._deadline = self._loop.time() + budget_s
         self._delay = FIRST_DELAY_S
 
+    def remaining(self) -> float:
+        """Seconds left of the budget (never below a small floor, so a last attempt
+        still gets to run)."""
+        return max(self._deadline - self._loop.time(), FIRST_DELAY_S)
+
     def exhausted(self) -> bool:
         """True when the next wait would end past the budget."""
         return self._loop.time() + self._delay > self._deadline

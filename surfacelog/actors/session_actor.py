@@ -19,16 +19,16 @@ from typing import Any, TypeVar
 
 import ray
 
-from surfacelog.actors.journal import NAMESPACE, JournalStore, journal_name
+from surfacelog.actors.config import NAMESPACE, Durability, HostingConfig, Placement
+from surfacelog.actors.journal import JournalStore, journal_name
 from surfacelog.actors.live import RELOAD, LiveSession
 from surfacelog.actors.protocol import (
     ActorStats,
     AppendReply,
+    BatchPayload,
     CompactionRequest,
-    Durability,
     EventsPayload,
     MessagesPayload,
-    Placement,
     PruneRequest,
     SessionStats,
     SessionUnavailable,
@@ -37,11 +37,13 @@ from surfacelog.actors.protocol import (
     encode_events,
     encode_messages,
     failure_line,
+    pack_batch,
 )
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
 from surfacelog.store.base import WriterFenced
+from surfacelog.store.rows import encode_batch
 
 T = TypeVar("T")
 
@@ -58,15 +60,16 @@ def _memory() -> tuple[int, int | None]:
 
 
 class SessionActor:
-    """Hosts sessions of one database; every method names its session first."""
+    """Hosts sessions of one shard of ``config``; every method names its session
+    first."""
 
-    def __init__(self, db: str, placement: Placement, durability: Durability,
-                 idle_timeout_s: float | None) -> None:
-        self._journal = ray.get_actor(journal_name(db), namespace=NAMESPACE)
+    def __init__(self, config: HostingConfig, shard: str) -> None:
+        path = config.shards.get(shard).path
+        self._journal = ray.get_actor(journal_name(path), namespace=NAMESPACE)
         self._store = JournalStore(self._journal)
-        self._placement: Placement = placement
-        self._durability: Durability = durability
-        self._idle_timeout_s = idle_timeout_s
+        self._placement: Placement = config.placement
+        self._durability: Durability = config.durability
+        self._idle_timeout_s = config.idle_timeout_s
         self._sessions: dict[str, LiveSession] = {}
         self._activating: dict[str, asyncio.Lock] = {}
         self._fenced: set[str] = set()
@@ -225,6 +228,16 @@ class SessionActor:
     async def fork(self, session_id: str, boundary: int | None,
                    child_id: str | None) -> SessionHeader:
         return await self._run(session_id, lambda h: h.fork(boundary, child_id))
+
+    async def fork_seed(self, session_id: str, boundary: int | None,
+                        child_id: str | None) -> tuple[SessionHeader, BatchPayload]:
+        """The child of a fork, as its header and its seed log's rows, not stored: the
+        client stores it on the child's own shard."""
+        async def seed(live: LiveSession) -> tuple[SessionHeader, BatchPayload]:
+            child = await live.fork_seed(boundary, child_id)
+            assert child.header is not None and child.header.id is not None
+            return child.header, pack_batch(encode_batch(child.header.id, child.log))
+        return await self._run(session_id, seed)
 
     async def flush(self, session_id: str) -> None:
         await self._run(session_id, lambda h: h.flush())

@@ -15,7 +15,7 @@ from rich.console import Console
 from surfacelog.cli.render import surface_tree
 from surfacelog.cli.runmodel import RunConfig
 from surfacelog.schema.codec import LogFile, encode_json, read_log
-from surfacelog.schema.errors import LogError
+from surfacelog.schema.errors import LogError, SurfacelogError
 from surfacelog.session import (
     interrupted_turn_closers,
     replay,
@@ -38,7 +38,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")
 LegacyOpt = Annotated[bool, typer.Option("--legacy", help="mark a markerless log first")]
 
 
-class _Unreadable(Exception):
+class _Unreadable(SurfacelogError):
     """A file cannot be read, or is not JSONL."""
 
 

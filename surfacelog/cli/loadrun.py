@@ -27,6 +27,7 @@ from ray.exceptions import RayActorError
 
 from surfacelog.actors.client import Client, connect
 from surfacelog.actors.compactor import RemoteCompactor, RemotePruner
+from surfacelog.actors.config import HostingConfig
 from surfacelog.actors.driver import DriverProgress, RemoteDriver
 from surfacelog.actors.protocol import failure_line
 from surfacelog.actors.retry import Backoff, through_restarts
@@ -143,22 +144,19 @@ async def run_workload(cfg: RunConfig,
                        on_sample: Callable[[Sample, dict[str, Any]], None]) -> RunResult:
     """Run the workload on an initialised Ray; returns the measured result, verified."""
     db = os.path.abspath(cfg.db)
-    client = connect(db=db, placement=cfg.placement, packs=cfg.packs,
-                   durability=cfg.durability, idle_timeout_s=None)
+    hosting = HostingConfig.single(db, placement=cfg.placement, packs=cfg.packs,
+                                   durability=cfg.durability, idle_timeout_s=None)
+    client = connect(config=hosting)
     ids = session_ids(cfg.sessions)
     script = ScriptConfig(seed=cfg.seed, mode=cfg.mode)
     opts = {"num_cpus": 0, "max_concurrency": 1000}
     compactor = RemoteCompactor.options(**opts).remote(
-        db, cfg.placement, cfg.durability, cfg.packs, compact_at=cfg.compact_at,
-        prune_over=cfg.prune_over)
+        hosting, compact_at=cfg.compact_at, prune_over=cfg.prune_over)
     pruner = RemotePruner.options(**opts).remote(
-        db, cfg.placement, cfg.durability, cfg.packs, compact_at=cfg.compact_at,
-        prune_over=cfg.prune_over)
+        hosting, compact_at=cfg.compact_at, prune_over=cfg.prune_over)
     await asyncio.gather(compactor.manage.remote(ids), pruner.manage.remote(ids))
     n_drivers = max(1, min(cfg.drivers, len(ids)))
-    drivers = [RemoteDriver.options(**opts).remote(db, cfg.placement, cfg.durability, script,
-                                                   cfg.packs)
-               for _ in range(n_drivers)]
+    drivers = [RemoteDriver.options(**opts).remote(hosting, script) for _ in range(n_drivers)]
     started = time.time()
     await asyncio.gather(compactor.start.remote(0.3), pruner.start.remote(0.3))
     done = asyncio.Event()
@@ -217,7 +215,7 @@ async def _chaos(client: Client, ids: list[str], cfg: RunConfig, done: asyncio.E
             if done.is_set():
                 break
             victim = client.journal if cfg.kill_journal and (len(kills) + 1) % 3 == 0 \
-                else client.actor(rng.choice(ids))
+                else await client.actor(rng.choice(ids))
             kills.append(asyncio.ensure_future(kill_and_await_restart(victim)))
     except BaseException:  # interrupted: stop waiting for the victims too
         for kill in kills:

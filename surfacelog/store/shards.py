@@ -5,13 +5,16 @@ the file by a Ray custom resource that only that node offers. The shard list is
 configuration (``ShardMap``, read from JSON with ``load_shard_map``), never code.
 
 Routing is rendezvous hashing over shard names: every shard scores the session id, and
-the shards in descending score order are the id's *preference order*. A new session is
-created on the first shard of that order; an existing one is found on the first shard of
-that order that holds it. Adding a shard moves only the ids it wins (about 1/S of new
-ids), and the ids already stored elsewhere stay reachable, because lookup walks the
-order. An id never exists on two shards: creation happens only after every shard ranked
-above the home has said it does not hold the id, and the home is the same for every
-client with the same shard list.
+the shards in descending score order are the id's *preference order*; the first is its
+*home*, where a new session is created. Each shard records ``added``, the generation of
+the configuration that introduced it (0 for the first ones). A session created under
+generation g lives on the first shard of its order among those added by g, so the only
+shards that can hold an id are its *candidates*: the shards of its order each added
+earlier than every shard ranked before it. With no shard added later, that is the home
+alone: finding a session costs no lookup, and losing one shard's node touches no other
+shard's sessions. After shards are added, lookup asks the candidates in order, and an
+id is created on its home only once every candidate has said it does not hold it, so it
+never exists on two shards; old sessions stay where they are, reachable.
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ class Shard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     name: str
     path: str
     resource: str | None = None
+    added: int = 0
+    """The generation of the configuration that introduced this shard (0: from the
+    start). Give every shard added later a higher number than all before it."""
 
     @property
     def pin(self) -> dict[str, float]:
@@ -87,6 +93,16 @@ class ShardMap(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         """The shards in rendezvous order for ``session_id``: its home first."""
         return sorted(self.shards, key=lambda s: _score(s.name, session_id), reverse=True)
 
+    def candidates(self, session_id: str) -> list[Shard]:
+        """The shards that may hold ``session_id``, in lookup order: its home first,
+        then each shard of its preference order added earlier than every shard before
+        it. Just the home when no shard was added later."""
+        out: list[Shard] = []
+        for shard in self.preference(session_id):
+            if not out or shard.added < min(s.added for s in out):
+                out.append(shard)
+        return out
+
     def home(self, session_id: str) -> Shard:
         """Where a new session ``session_id`` is created."""
         return max(self.shards, key=lambda s: _score(s.name, session_id))
@@ -119,6 +135,8 @@ def _check(shards: Sequence[Shard], where: str) -> None:
                                    f"{shard.path!r} with another shard")
         if shard.resource is not None and not shard.resource:
             raise ShardConfigError(f"{where}: shard {shard.name!r} has an empty resource")
+        if shard.added < 0:
+            raise ShardConfigError(f"{where}: shard {shard.name!r} has a negative 'added'")
         seen_names.add(shard.name)
         seen_paths.add(shard.path)
 
@@ -149,7 +167,7 @@ def load_shard_map(path: str | os.PathLike[str]) -> ShardMap:
     base = file.parent
     return ShardMap(tuple(
         Shard(s.name, str(s.path if os.path.isabs(s.path) else (base / s.path).resolve()),
-              s.resource) for s in loaded.shards))
+              s.resource, s.added) for s in loaded.shards))
 
 
 __all__ = ["DEFAULT_SHARD", "Shard", "ShardConfigError", "ShardMap", "default_resource",

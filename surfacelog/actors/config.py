@@ -1,0 +1,66 @@
+"""``HostingConfig``: how a deployment hosts its sessions, spelled once.
+
+Every process that reaches sessions (the client, the session actors, the load run's
+drivers, compactor and pruner) is given the same ``HostingConfig``: the shards, the
+placement of sessions on actors, the durability of appends, and the store's options. It
+is a frozen msgspec struct, so it crosses Ray as one small picklable value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any, Literal
+
+import msgspec
+
+from surfacelog.store.shards import Shard, ShardMap
+
+Placement = Literal["dedicated", "packed"]
+Durability = Literal["durable", "buffered"]
+
+NAMESPACE = "surfacelog"
+"""The Ray namespace of every named actor of surfacelog."""
+
+
+def db_key(path: str) -> str:
+    """A short stable key for a database path (names the actors that serve it)."""
+    return hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:10]
+
+
+class HostingConfig(msgspec.Struct, frozen=True):
+    """How sessions are hosted.
+
+    - ``shards``: where sessions live (``ShardMap.single(db)`` for one file);
+    - ``placement``: ``dedicated`` (one actor per session) or ``packed`` (``packs``
+      actors per shard, each hosting the sessions whose id hashes to it);
+    - ``durability``: ``durable`` acknowledges an append once committed, ``buffered``
+      once queued for the journal (``flush()`` is the barrier);
+    - ``idle_timeout_s``: a session without requests for that long is passivated
+      (``None``: never);
+    - ``store_options``: keyword arguments of ``SqliteEventStore.open`` for every shard.
+    """
+
+    shards: ShardMap
+    placement: Placement = "dedicated"
+    packs: int = 8
+    durability: Durability = "durable"
+    idle_timeout_s: float | None = 600.0
+    store_options: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.packs < 1:
+            raise ValueError(f"packs must be at least 1, not {self.packs}")
+
+    @classmethod
+    def single(cls, db: str | os.PathLike[str] = "surfacelog.db",
+               **options: Any) -> HostingConfig:
+        """One shard: the database file ``db``."""
+        return cls(ShardMap.single(db), **options)
+
+    def shard_key(self, shard: Shard) -> str:
+        """The key that names ``shard``'s actors (its journal, packs, sessions)."""
+        return db_key(shard.path)
+
+
+__all__ = ["NAMESPACE", "Durability", "HostingConfig", "Placement", "db_key"]
