@@ -129,9 +129,7 @@ async def test_a_shard_with_no_node_is_unavailable_and_the_others_serve(
         with pytest.raises(ShardUnavailable):
             await c.list_sessions()
     finally:
-        for journal in c.journals.values():
-            import ray
-
-            ray.kill(journal, no_restart=True)
-        c.journals = {"up": c.journals["up"]}
-        c.shutdown()
+        failures = c.shutdown()
+    # Shutting down does not hang on the lost shard: it reports it.
+    assert any("ShardUnavailable" in line for line in failures), failures
+    assert all("gone" in line or "pack:" in line for line in failures), failures

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import ray
 from msgspec import UNSET
-from ray.exceptions import RayActorError, RayTaskError
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from surfacelog.actors.config import NAMESPACE, Durability, HostingConfig, Placement
 from surfacelog.actors.journal import RemoteJournal, flush_journal, journal_name
@@ -71,14 +71,20 @@ def local_ray_on_loopback() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
-async def _shutdown_actor(actor: Any) -> list[str]:
-    """Passivate every session of ``actor``; the write failures it found, by session."""
+async def _shutdown_actor(name: str, actor: Any, timeout_s: float) -> list[str]:
+    """Passivate every session of ``actor``; the write failures it found, by session,
+    or one line for an actor that did not answer within ``timeout_s`` (its shard's
+    node is lost: what it held is reported by its sessions when they reactivate)."""
     # A dedicated actor exits after passivating its idle session: it has nothing left to
     # flush. A crashed one lost its buffered writes, which its drivers see as missing.
-    with contextlib.suppress(RayActorError):
-        failures: list[str] = await actor.shutdown.remote()
-        return failures
-    return []
+    try:
+        failures: list[str] = await asyncio.wait_for(actor.shutdown.remote(), timeout_s)
+    except RayActorError:
+        return []
+    except asyncio.TimeoutError:
+        return [failure_line(f"({name})", ShardUnavailable(
+            f"did not answer within {timeout_s:g} s"))]
+    return failures
 
 
 def _run_sync(coro: Any) -> None:
@@ -176,7 +182,10 @@ class Client:
     async def actor(self, session_id: str) -> Any:
         """Get or create the actor serving ``session_id`` (on its shard's node). Raises
         ``ShardUnavailable``."""
-        shard = await self.shard_of(session_id)
+        return self.actor_on(await self.shard_of(session_id), session_id)
+
+    def actor_on(self, shard: Shard, session_id: str) -> Any:
+        """Get or create the actor serving ``session_id`` on ``shard``."""
         name = self.actor_name(shard, session_id)
         actor = self._actors.get(name)
         if actor is None:
@@ -242,12 +251,13 @@ class Client:
         then flush the journals. Returns the write failures found, one line per session
         (``session: error``); with buffered durability each means acknowledged events
         that are not stored. Every session is passivated either way."""
-        found = await asyncio.gather(*(_shutdown_actor(a) for a in list(self._actors.values())))
+        found = await asyncio.gather(*(_shutdown_actor(name, actor, self.retry_for_s)
+                                       for name, actor in list(self._actors.items())))
         failures = [line for lines in found for line in lines]
         for name, journal in self.journals.items():
             try:
-                await flush_journal(journal)
-            except (RayActorError, RayTaskError) as exc:
+                await asyncio.wait_for(flush_journal(journal), self.retry_for_s)
+            except (RayActorError, RayTaskError, asyncio.TimeoutError) as exc:
                 error = _unwrap(exc) if isinstance(exc, RayTaskError) else exc
                 subject = "(journal flush)" if len(self.journals) == 1 else \
                     f"(journal flush, shard {name})"
@@ -275,7 +285,7 @@ class Client:
             for actor in self._actors.values():
                 ray.kill(actor, no_restart=True)
             for journal in self.journals.values():
-                with contextlib.suppress(RayActorError):
+                with contextlib.suppress(RayActorError, GetTimeoutError):
                     ray.get(journal.close.remote(), timeout=self.retry_for_s)
                 ray.kill(journal, no_restart=True)
             self._actors.clear()
@@ -356,7 +366,8 @@ class SessionHandle:
         for a flush, whose caller must learn that a write failed)."""
         backoff = Backoff(self.client.retry_for_s)
         while True:
-            actor = await self.client.actor(self.session_id)
+            shard = await self.client.shard_of(self.session_id)
+            actor = self.client.actor_on(shard, self.session_id)
             try:
                 call = getattr(actor, method)
                 ref = call.remote(self.session_id, *args) if keyed else call.remote(*args)
@@ -365,8 +376,8 @@ class SessionHandle:
                 return await asyncio.wait_for(ref, backoff.remaining())
             except asyncio.TimeoutError:
                 raise ShardUnavailable(
-                    f"session {self.session_id!r}: its actor did not answer {method} within "
-                    f"{self.client.retry_for_s:g} s (its shard's node is lost?)") from None
+                    f"session {self.session_id!r}: shard {shard.name!r} did not answer "
+                    f"{method} within {self.client.retry_for_s:g} s") from None
             except RayTaskError as exc:
                 error = _unwrap(exc)
                 # The session actor's journal died or its commit failed: the session
