@@ -11,6 +11,7 @@ import ray
 
 from surfacelog.actors.client import Client, connect
 from surfacelog.actors.compactor import RemoteCompactor
+from surfacelog.actors.config import HostingConfig
 from surfacelog.actors.driver import DriverProgress, RemoteDriver, SessionDriver
 from surfacelog.actors.protocol import CompactionRequest, Conflict
 from surfacelog.actors.script import AgentScript, ScriptConfig
@@ -23,10 +24,15 @@ from surfacelog.store.base import WriterFenced
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 
-PLACEMENTS = ["packed", "dedicated"]
+PLACEMENTS = ["packed", "dedicated", "owner"]
+"""``owner``: packed, with the one pack of the shard owning its file (no journal)."""
 
 
 def make_host(tmp_path: Path, placement: str, **kw: Any) -> Client:
+    if placement == "owner":
+        kw = {**kw, "writer": "owner"}
+        return connect(config=HostingConfig.single(
+            str(tmp_path / "actors.db"), placement="packed", packs=2, **kw))
     return connect(db=str(tmp_path / "actors.db"), placement=placement,  # type: ignore[arg-type]
                    packs=2, **kw)
 
@@ -159,7 +165,7 @@ async def test_passivation_and_reactivation_keep_everything(
         s = host.session("idle")
         script = AgentScript("idle", ScriptConfig())
         await s.append_batch(script.turn_open(1), expected_seq=0)
-        if placement == "packed":
+        if placement != "dedicated":
             # Inside a turn the session is not idle yet: it stays active.
             await asyncio.sleep(1.0)
             stats = await (await host.actor("idle")).actor_stats.remote()
@@ -171,7 +177,7 @@ async def test_passivation_and_reactivation_keep_everything(
         actor = await host.actor("idle")
         for _ in range(150):  # the reaper runs every 0.25 s; allow a loaded machine
             await asyncio.sleep(0.1)
-            if placement == "packed":
+            if placement != "dedicated":
                 stats = await actor.actor_stats.remote()
                 if stats.passivations >= 1 and stats.active_sessions == 0:
                     break

@@ -14,6 +14,7 @@ import typer
 from shared_examples import EXAMPLES
 from typer.testing import CliRunner
 
+from surfacelog.actors import config as hosting
 from surfacelog.actors import protocol
 from surfacelog.actors.script import ScriptConfig
 from surfacelog.cli import app, live, runmodel
@@ -33,7 +34,7 @@ def test_run_options_are_run_config_fields() -> None:
     flags = {opt for p in params.values() for opt in p.opts}
     assert {"--sessions", "--turns", "--placement", "--packs", "--drivers", "--compact-at",
             "--prune-over", "--durability", "--mode", "--db", "--address", "--report",
-            "--seed", "--kill-every", "--kill-journal", "--json"} == flags
+            "--seed", "--kill-every", "--kill-journal", "--json", "--writer"} == flags
 
 
 def test_run_builds_one_run_config_from_its_options(monkeypatch: pytest.MonkeyPatch,
@@ -74,6 +75,7 @@ def test_run_choices_are_the_ones_the_actors_take() -> None:
     """runmodel spells the actors' choices again, as typer needs them without Ray."""
     assert set(get_args(runmodel.Placement)) == set(get_args(protocol.Placement))
     assert set(get_args(runmodel.Durability)) == set(get_args(protocol.Durability))
+    assert set(get_args(runmodel.Writer)) == set(get_args(hosting.Writer))
     mode = get_type_hints(ScriptConfig)["mode"]
     assert set(get_args(runmodel.AppendMode)) == set(get_args(mode))
 
@@ -187,3 +189,10 @@ def test_inspect_a_known_database(tmp_path: Path) -> None:
 
     missing = runner.invoke(app, ["inspect", str(db), "nope"])
     assert missing.exit_code == 1
+
+
+def test_owner_writer_needs_packed_placement() -> None:
+    result = CliRunner().invoke(app, ["run", "--writer", "owner", "--placement", "dedicated"])
+    assert result.exit_code == 2
+    assert "needs --placement packed" in result.output
+    assert "Traceback" not in result.output

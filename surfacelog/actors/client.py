@@ -21,7 +21,7 @@ import ray
 from msgspec import UNSET
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from surfacelog.actors.config import NAMESPACE, Durability, HostingConfig, Placement
+from surfacelog.actors.config import NAMESPACE, Durability, HostingConfig, Placement, db_key
 from surfacelog.actors.journal import RemoteJournal, flush_journal, journal_name
 from surfacelog.actors.protocol import (
     ActorStats,
@@ -78,13 +78,27 @@ async def _shutdown_actor(name: str, actor: Any, timeout_s: float) -> list[str]:
     # A dedicated actor exits after passivating its idle session: it has nothing left to
     # flush. A crashed one lost its buffered writes, which its drivers see as missing.
     try:
-        failures: list[str] = await asyncio.wait_for(actor.shutdown.remote(), timeout_s)
+        failures: list[str] = await within(actor.shutdown.remote(), timeout_s)
     except RayActorError:
         return []
     except asyncio.TimeoutError:
         return [failure_line(f"({name})", ShardUnavailable(
             f"did not answer within {timeout_s:g} s"))]
     return failures
+
+
+async def within(awaitable: Any, timeout_s: float) -> Any:
+    """The result of ``awaitable`` (an ``ObjectRef`` or a coroutine); raises
+    ``asyncio.TimeoutError`` after ``timeout_s``, leaving it running.
+
+    Not ``asyncio.wait_for``: before Python 3.12 it can swallow the cancellation of the
+    task that awaits it when the awaited call finishes at the same moment (CPython
+    gh-86296), and a compactor told to stop then never stops."""
+    future = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait({future}, timeout=timeout_s)
+    if not done:
+        raise asyncio.TimeoutError
+    return future.result()
 
 
 def _run_sync(coro: Any) -> None:
@@ -174,6 +188,8 @@ class Client:
     def actor_name(self, shard: Shard, session_id: str) -> str:
         """The Ray actor name that serves ``session_id`` on ``shard``."""
         key = self.config.shard_key(shard)
+        if self.config.writer == "owner":
+            return owner_name(shard.path)
         if self.config.placement == "dedicated":
             return f"session:{key}:{session_id}"
         pack = zlib.crc32(session_id.encode()) % self.config.packs
@@ -224,7 +240,7 @@ class Client:
         resource)."""
         journal = self.journals[name]
         try:
-            return await asyncio.wait_for(through_restarts(
+            return await within(through_restarts(
                 lambda _again: getattr(journal, method).remote(*args), self.retry_for_s),
                 self.retry_for_s)
         except (RayActorError, asyncio.TimeoutError) as exc:
@@ -233,7 +249,7 @@ class Client:
 
     async def journal_stats(self) -> dict[str, Any]:
         """The journals' commit counters, summed over the shards."""
-        parts = await asyncio.gather(*(self._on_shard(name, "stats")
+        parts = await asyncio.gather(*(self._on_shard(name, "writer_stats")
                                        for name in self.journals))
         total: dict[str, Any] = {}
         for part in parts:
@@ -251,12 +267,19 @@ class Client:
         then flush the journals. Returns the write failures found, one line per session
         (``session: error``); with buffered durability each means acknowledged events
         that are not stored. Every session is passivated either way."""
+        actors = dict(self._actors)
+        if self.config.writer == "owner":
+            # The writers are session actors: shutting one down flushes its file.
+            for shard in self.config.shards.shards:
+                actors.setdefault(owner_name(shard.path), self.journals[shard.name])
         found = await asyncio.gather(*(_shutdown_actor(name, actor, self.retry_for_s)
-                                       for name, actor in list(self._actors.items())))
+                                       for name, actor in actors.items()))
         failures = [line for lines in found for line in lines]
+        if self.config.writer == "owner":
+            return failures
         for name, journal in self.journals.items():
             try:
-                await asyncio.wait_for(flush_journal(journal), self.retry_for_s)
+                await within(flush_journal(journal), self.retry_for_s)
             except (RayActorError, RayTaskError, asyncio.TimeoutError) as exc:
                 error = _unwrap(exc) if isinstance(exc, RayTaskError) else exc
                 subject = "(journal flush)" if len(self.journals) == 1 else \
@@ -292,8 +315,21 @@ class Client:
         return failures
 
 
-def start_journal(config: HostingConfig, shard: Shard) -> Any:
-    """Get or create ``shard``'s journal actor, on the shard's node (its resource)."""
+def owner_name(path: str) -> str:
+    """The name of the session actor that owns the shard file ``path``."""
+    return f"owner:{db_key(path)}"
+
+
+def start_writer(config: HostingConfig, shard: Shard) -> Any:
+    """Get or create ``shard``'s writer on the shard's node (its resource): its journal
+    actor, or (``writer="owner"``) the one session actor that hosts the shard's
+    sessions and owns its file."""
+    if config.writer == "owner":
+        return RemoteSessionActor.options(
+            name=owner_name(shard.path), namespace=NAMESPACE, get_if_exists=True,
+            lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,
+            max_concurrency=_MAX_CONCURRENCY, resources=shard.pin,
+        ).remote(config, shard.name)
     return RemoteJournal.options(
         name=journal_name(shard.path), namespace=NAMESPACE, get_if_exists=True,
         lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,
@@ -329,7 +365,7 @@ def connect(address: str | None = None, db: str = "surfacelog.db", *,
         if address is None:
             local_ray_on_loopback()
         ray.init(address=address, namespace=NAMESPACE, **ray_init)
-    journals = {shard.name: start_journal(config, shard) for shard in config.shards.shards}
+    journals = {shard.name: start_writer(config, shard) for shard in config.shards.shards}
     # A shard whose node is not up yet is not waited for: its sessions raise
     # ShardUnavailable until it is. A shard that answers with an error fails the connect.
     readiness = [journal.ready.remote() for journal in journals.values()]
@@ -373,7 +409,7 @@ class SessionHandle:
                 ref = call.remote(self.session_id, *args) if keyed else call.remote(*args)
                 # An actor whose node is gone waits for a node offering its shard's
                 # resource; without a deadline the caller would wait with it.
-                return await asyncio.wait_for(ref, backoff.remaining())
+                return await within(ref, backoff.remaining())
             except asyncio.TimeoutError:
                 raise ShardUnavailable(
                     f"session {self.session_id!r}: shard {shard.name!r} did not answer "

@@ -18,6 +18,7 @@ from surfacelog.store.shards import Shard, ShardMap
 
 Placement = Literal["dedicated", "packed"]
 Durability = Literal["durable", "buffered"]
+Writer = Literal["journal", "owner"]
 
 NAMESPACE = "surfacelog"
 """The Ray namespace of every named actor of surfacelog."""
@@ -38,7 +39,13 @@ class HostingConfig(msgspec.Struct, frozen=True):
       once queued for the journal (``flush()`` is the barrier);
     - ``idle_timeout_s``: a session without requests for that long is passivated
       (``None``: never);
-    - ``store_options``: keyword arguments of ``SqliteEventStore.open`` for every shard.
+    - ``store_options``: keyword arguments of ``SqliteEventStore.open`` for every shard;
+    - ``writer``: who writes a shard's file. ``journal``: a journal actor per shard
+      commits the batches session actors send it (two Ray calls per durable append, any
+      placement). ``owner``: one packed actor per shard hosts all of the shard's
+      sessions and owns the file's connection itself, as a Durable Object owns its
+      SQLite (one Ray call per durable append; ``placement`` must be ``packed`` and
+      ``packs`` is then 1 per shard: a file has one writer).
     """
 
     shards: ShardMap
@@ -47,10 +54,14 @@ class HostingConfig(msgspec.Struct, frozen=True):
     durability: Durability = "durable"
     idle_timeout_s: float | None = 600.0
     store_options: dict[str, Any] = msgspec.field(default_factory=dict)
+    writer: Writer = "journal"
 
     def __post_init__(self) -> None:
         if self.packs < 1:
             raise ValueError(f"packs must be at least 1, not {self.packs}")
+        if self.writer == "owner" and self.placement != "packed":
+            raise ValueError("writer 'owner' hosts a shard's sessions in one actor: "
+                             "it needs placement 'packed'")
 
     @classmethod
     def single(cls, db: str | os.PathLike[str] = "surfacelog.db",
@@ -63,4 +74,4 @@ class HostingConfig(msgspec.Struct, frozen=True):
         return db_key(shard.path)
 
 
-__all__ = ["NAMESPACE", "Durability", "HostingConfig", "Placement", "db_key"]
+__all__ = ["NAMESPACE", "Durability", "HostingConfig", "Placement", "Writer", "db_key"]

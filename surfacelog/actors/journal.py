@@ -110,6 +110,11 @@ class JournalActor:
                     self._store = await self._open_backend()
         return self._store
 
+    async def backend(self) -> EventStore:
+        """The backend, opened on first use (for an owner session actor, which runs the
+        journal's code in its own process)."""
+        return await self._get()
+
     async def ready(self) -> None:
         """Open the backend (for SQLite, bump-and-reject happens here)."""
         await self._get()
@@ -180,6 +185,10 @@ class JournalActor:
         """The backend's counters (for SQLite: commits, events committed...)."""
         store = await self._get()
         return dict(store.stats())
+
+    async def writer_stats(self) -> dict[str, Any]:
+        """``stats`` under the name a shard's writer answers to, journal or owner."""
+        return await self.stats()
 
     async def close(self) -> None:
         if self._store is not None:

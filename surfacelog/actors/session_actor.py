@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import ray
 
 from surfacelog.actors.config import NAMESPACE, Durability, HostingConfig, Placement
-from surfacelog.actors.journal import JournalStore, journal_name
+from surfacelog.actors.journal import JournalActor, JournalStore, journal_name
 from surfacelog.actors.live import RELOAD, LiveSession
 from surfacelog.actors.protocol import (
     ActorStats,
@@ -42,8 +42,9 @@ from surfacelog.actors.protocol import (
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
-from surfacelog.store.base import WriterFenced
+from surfacelog.store.base import EventStore, SessionInfo, WriterFenced
 from surfacelog.store.rows import encode_batch
+from surfacelog.store.sqlite import sqlite_backend
 
 T = TypeVar("T")
 
@@ -65,8 +66,15 @@ class SessionActor:
 
     def __init__(self, config: HostingConfig, shard: str) -> None:
         path = config.shards.get(shard).path
-        self._journal = ray.get_actor(journal_name(path), namespace=NAMESPACE)
-        self._store = JournalStore(self._journal)
+        self._owner: JournalActor | None = None
+        self._store: EventStore
+        if config.writer == "owner":
+            # This actor is the shard's one writer: the journal's code runs in-process,
+            # and an append commits without a second Ray call.
+            self._owner = JournalActor(sqlite_backend(path, **config.store_options))
+        else:
+            journal = ray.get_actor(journal_name(path), namespace=NAMESPACE)
+            self._store = JournalStore(journal)
         self._placement: Placement = config.placement
         self._durability: Durability = config.durability
         self._idle_timeout_s = config.idle_timeout_s
@@ -77,6 +85,38 @@ class SessionActor:
         self._activations = 0
         self._passivations = 0
         self._failed_passivations: list[str] = []
+
+    async def _get_store(self) -> EventStore:
+        if self._owner is not None:
+            return await self._owner.backend()
+        return self._store
+
+    # -- the shard's writer (``writer="owner"``): what a journal answers ---------------
+
+    def _owned(self) -> JournalActor:
+        if self._owner is None:
+            raise SessionUnavailable("this session actor does not own its shard's file "
+                                     "(writer 'journal'): ask the journal")
+        return self._owner
+
+    async def ready(self) -> None:
+        """Open the shard's file (bump-and-reject happens here)."""
+        await self._owned().ready()
+
+    async def holds(self, session_id: str) -> bool:
+        return await self._owned().holds(session_id)
+
+    async def list_sessions(self) -> list[SessionInfo]:
+        return await self._owned().list_sessions()
+
+    async def create_stored(self, header: SessionHeader, batch: BatchPayload) -> int:
+        return await self._owned().create_stored(header, batch)
+
+    async def writer_stats(self) -> dict[str, Any]:
+        return await self._owned().stats()
+
+    async def close(self) -> None:
+        await self._owned().close()
 
     # -- activation ------------------------------------------------------------------
 
@@ -91,7 +131,7 @@ class SessionActor:
         async with lock:
             live = self._sessions.get(session_id)
             if live is None or live.closed is not None:
-                live = await LiveSession.activate(session_id, self._store,
+                live = await LiveSession.activate(session_id, await self._get_store(),
                                                   durability=self._durability, create=create)
                 self._sessions[session_id] = live
                 self._activations += 1
@@ -271,7 +311,7 @@ class SessionActor:
             except Exception as exc:  # reported to the caller, per session
                 failures.append(failure_line(sid, exc))
         try:
-            await self._store.flush()
+            await (await self._get_store()).flush()
         except Exception as exc:  # the journal itself: reported the same way
             failures.append(failure_line("(journal flush)", exc))
         return failures

@@ -145,7 +145,8 @@ async def run_workload(cfg: RunConfig,
     """Run the workload on an initialised Ray; returns the measured result, verified."""
     db = os.path.abspath(cfg.db)
     hosting = HostingConfig.single(db, placement=cfg.placement, packs=cfg.packs,
-                                   durability=cfg.durability, idle_timeout_s=None)
+                                   durability=cfg.durability, idle_timeout_s=None,
+                                   writer=cfg.writer)
     client = connect(config=hosting)
     ids = session_ids(cfg.sessions)
     script = ScriptConfig(seed=cfg.seed, mode=cfg.mode)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from typer import Option
+from typer import BadParameter, Option
 
 if TYPE_CHECKING:
     from surfacelog.actors.compactor import CompactorStats
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 # theirs, and tests/test_run.py that the two spellings hold the same choices.
 Placement = Literal["packed", "dedicated"]
 Durability = Literal["durable", "buffered"]
+Writer = Literal["journal", "owner"]
 
 AppendMode = Literal["batch", "chunk"]
 """How a driver appends a model step's chunks: in one ``append_batch``, or one
@@ -53,6 +54,10 @@ class RunConfig:
     durability: Annotated[Durability, Option(
         help="durable: an append is acknowledged once committed; buffered: once queued "
              "for the journal")] = "durable"
+    writer: Annotated[Writer, Option(
+        help="journal: a journal actor commits each shard's batches (two Ray calls per "
+             "durable append); owner: one packed actor per shard hosts its sessions and "
+             "owns its file (one call; needs --placement packed)")] = "journal"
     mode: Annotated[AppendMode, Option(
         help="batch: a step's chunks in one append_batch; chunk: one append each")] = "batch"
     db: Annotated[Path, Option(help="SQLite database file")] = Path("surfacelog.db")
@@ -67,6 +72,11 @@ class RunConfig:
     kill_journal: Annotated[bool, Option(
         help="chaos: every third kill is of the journal actor")] = False
     as_json: Annotated[bool, Option("--json", help="machine-readable output")] = False
+
+    def __post_init__(self) -> None:
+        if self.writer == "owner" and self.placement != "packed":
+            raise BadParameter("--writer owner hosts a shard's sessions in one actor: it "
+                               "needs --placement packed", param_hint="'--writer'")
 
 
 @dataclass
