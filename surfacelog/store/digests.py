@@ -2,8 +2,29 @@
 
 from __future__ import annotations
 
+from msgspec import Struct
+
 from surfacelog.session.digest import SessionDigest, digest
+from surfacelog.store.base import EventStore
+from surfacelog.store.sharded import ShardedStores
+from surfacelog.store.shards import ShardMap
 from surfacelog.store.sqlite import SqliteEventStore
+
+
+class ShardDigest(Struct, frozen=True):
+    """The digest of one session and the name of the shard that holds it."""
+
+    session: str
+    shard: str
+    digest: SessionDigest
+
+
+async def session_digest(store: EventStore, session_id: str) -> SessionDigest:
+    """Replay ``session_id`` through the core and digest it. Raises
+    ``SessionNotFound``, ``CorruptStore``."""
+    session = await store.load(session_id)
+    snap = session.snapshot()
+    return digest(snap.length, snap.nodes, snap.replace_generation, session.derive_messages())
 
 
 async def store_digests(db: str) -> dict[str, SessionDigest]:
@@ -11,12 +32,20 @@ async def store_digests(db: str) -> dict[str, SessionDigest]:
     ``VersionRefused``, ``CorruptStore``."""
     store = await SqliteEventStore.open(db)
     try:
-        out = {}
-        for info in await store.list_sessions():
-            session = await store.load(info.id)
-            snap = session.snapshot()
-            out[info.id] = digest(snap.length, snap.nodes, snap.replace_generation,
-                                  session.derive_messages())
-        return out
+        return {info.id: await session_digest(store, info.id)
+                for info in await store.list_sessions()}
     finally:
         await store.close()
+
+
+async def shard_digests(shard_map: ShardMap) -> list[ShardDigest]:
+    """The digest of every session of every shard of ``shard_map`` (each file opened
+    from this machine, never created), ordered by session id then shard name (an id on
+    two shards, a broken invariant, has one entry per shard). Raises
+    ``ShardFileError`` naming a shard whose file cannot be opened, ``CorruptStore``,
+    ``StoreError``."""
+    async with ShardedStores(shard_map) as stores:
+        return [ShardDigest(entry.info.id, entry.shard,
+                            await session_digest(await stores.store(shard_map.get(entry.shard)),
+                                                 entry.info.id))
+                for entry in await stores.list_sessions()]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from surfacelog.schema.codec import LogFile, encode_log
+from surfacelog.schema.events import Event
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
 from surfacelog.session import now_ms, replay, upgrade_legacy
 from surfacelog.store.base import EventStore
@@ -31,6 +32,17 @@ def header_for(log: LogFile, source: Path) -> SessionHeader:
     return SessionHeader(version=SESSION_FORMAT_VERSION, id=source.stem, created_at=created)
 
 
+def prepare_import(log: LogFile, source: Path, *,
+                   legacy: bool = False) -> tuple[SessionHeader, list[Event]]:
+    """The header and events ``import_log`` would store for ``log``, validated through
+    the core (nothing is stored). ``legacy`` first marks a markerless log
+    (``upgrade_legacy``). Raises ``surfacelog.schema.LogError`` for an invalid log."""
+    events = upgrade_legacy(log.events) if legacy else log.events
+    header = header_for(log, source)
+    replay(events, header)
+    return header, events
+
+
 async def import_log(store: EventStore, log: LogFile, source: Path, *,
                      legacy: bool = False) -> SessionHeader:
     """Validate ``log`` through the core and store it as a new session, events exactly
@@ -39,8 +51,6 @@ async def import_log(store: EventStore, log: LogFile, source: Path, *,
 
     Raises ``surfacelog.schema.LogError`` for an invalid log (nothing stored),
     ``SessionExists``, ``StoreError``."""
-    events = upgrade_legacy(log.events) if legacy else log.events
-    header = header_for(log, source)
-    replay(events, header)
+    header, events = prepare_import(log, source, legacy=legacy)
     await store.create(header, events)
     return header

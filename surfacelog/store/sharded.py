@@ -1,0 +1,246 @@
+"""Every shard of a deployment opened from one machine: what the CLI's ``--shards``
+commands (list, find, import, export, verify, digest) are built on.
+
+A ``ShardedStores`` opens each shard's SQLite file itself, so every file of the map
+must be readable from this machine (a shared or local disk). It opens a shard only when
+a question needs it, and only read-only questions are asked of shards other than a
+session's home: a session is created on its home alone, once every other candidate
+shard (``ShardMap.candidates``) has said it does not hold the id.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+
+from msgspec import Struct
+
+from surfacelog.schema.codec import LogFile
+from surfacelog.schema.header import SessionHeader
+from surfacelog.store.base import EventStore, SessionInfo
+from surfacelog.store.errors import SessionExists, SessionNotFound, StoreError
+from surfacelog.store.jsonl import export_session, prepare_import
+from surfacelog.store.shards import Shard, ShardMap
+from surfacelog.store.sqlite import SqliteEventStore
+
+
+class ShardFileError(StoreError):
+    """A shard's database cannot be opened from this machine (missing file, another
+    build's file, unreadable): the message names the shard, its path and why."""
+
+
+class ShardedSession(Struct, frozen=True):
+    """One stored session and the name of the shard that holds it."""
+
+    shard: str
+    info: SessionInfo
+
+
+class SessionPage(Struct, frozen=True):
+    """One page of the merged session list: ``entries`` ordered by (id, shard), and
+    ``next_after``, the ``after`` that gives the next page (``None``: this is the last
+    one)."""
+
+    entries: list[ShardedSession]
+    next_after: str | None
+
+
+class Misplaced(Struct, frozen=True):
+    """A session stored on a shard that is not one of its candidates: the client never
+    looks for it there."""
+
+    session_id: str
+    shard: str
+    candidates: tuple[str, ...]
+
+
+async def holds(store: EventStore, session_id: str) -> bool:
+    """Whether ``store`` has a session ``session_id`` (its rows are not read or
+    decoded). Raises ``StoreError``."""
+    try:
+        await store.read_stored(session_id, limit=0)
+    except SessionNotFound:
+        return False
+    return True
+
+
+def duplicates(entries: Iterable[ShardedSession]) -> dict[str, list[str]]:
+    """The ids of ``entries`` stored on more than one shard (each an invariant broken),
+    in id order, with the names of the shards that hold them."""
+    where: defaultdict[str, list[str]] = defaultdict(list)
+    for entry in entries:
+        where[entry.info.id].append(entry.shard)
+    return {sid: sorted(shards) for sid, shards in sorted(where.items()) if len(shards) > 1}
+
+
+def misplaced(shard_map: ShardMap, entries: Iterable[ShardedSession]) -> list[Misplaced]:
+    """The ``entries`` stored on a shard that is not one of their candidates in
+    ``shard_map`` (the client would not find them there), in the order given."""
+    out = []
+    for entry in entries:
+        candidates = tuple(s.name for s in shard_map.candidates(entry.info.id))
+        if entry.shard not in candidates:
+            out.append(Misplaced(entry.info.id, entry.shard, candidates))
+    return out
+
+
+class ShardedStores:
+    """The ``SqliteEventStore`` of each shard of ``shard_map``, opened on first use and
+    closed together (``async with ShardedStores(map) as stores: ...``).
+
+    Reads open a shard's file with ``create=False``: a missing file raises
+    ``ShardFileError`` naming the shard and its path. Only ``import_log`` creates
+    anything, and only on the session's home shard.
+    """
+
+    def __init__(self, shard_map: ShardMap) -> None:
+        self.map = shard_map
+        self._stores: dict[str, SqliteEventStore] = {}
+
+    async def __aenter__(self) -> ShardedStores:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def store(self, shard: Shard, *, create: bool = False) -> SqliteEventStore:
+        """The open store of ``shard``, opening its file now if needed (``create``:
+        initialise a missing file; else a missing file is an error). Raises
+        ``ShardFileError``."""
+        store = self._stores.get(shard.name)
+        if store is not None:
+            return store
+        where = f"shard {shard.name!r} ({shard.path})"
+        try:
+            store = await SqliteEventStore.open(shard.path, create=create)
+        except FileNotFoundError as exc:
+            raise ShardFileError(f"{where}: no database file (shard files must be "
+                                 "readable from this machine)") from exc
+        except (StoreError, OSError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise ShardFileError(f"{where}: cannot open: {reason}") from exc
+        self._stores[shard.name] = store
+        return store
+
+    async def close(self) -> None:
+        """Close every store opened so far; raise the first close error after trying
+        them all."""
+        stores, self._stores = list(self._stores.values()), {}
+        first: BaseException | None = None
+        for store in stores:
+            try:
+                await store.close()
+            except BaseException as exc:  # every store is closed before raising
+                first = first or exc
+        if first is not None:
+            raise first
+
+    async def shard_sessions(self, shard: Shard) -> list[SessionInfo]:
+        """The sessions of one shard, ordered by id. Raises ``ShardFileError``,
+        ``StoreError``."""
+        return await (await self.store(shard)).list_sessions()
+
+    async def list_sessions(self) -> list[ShardedSession]:
+        """Every session of every shard, ordered by id then shard name (an id stored on
+        two shards, a broken invariant, appears once per shard). Opens every shard.
+        Raises ``ShardFileError``, ``StoreError``."""
+        merged = [ShardedSession(shard.name, info) for shard in self.map.shards
+                  for info in await self.shard_sessions(shard)]
+        merged.sort(key=lambda s: (s.info.id, s.shard))
+        return merged
+
+    async def page(self, *, after: str | None = None, limit: int = 50) -> SessionPage:
+        """Keyset pagination of ``list_sessions``: the first ``limit`` session ids
+        greater than ``after`` (every id when ``after`` is ``None``), each with every
+        shard that holds it, so that walking ``next_after`` lists each entry exactly
+        once. Raises ``ValueError`` when ``limit`` < 1, ``ShardFileError``,
+        ``StoreError``."""
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        entries: list[ShardedSession] = []
+        ids = 0
+        for entry in await self.list_sessions():
+            if after is not None and entry.info.id <= after:
+                continue
+            if not entries or entry.info.id != entries[-1].info.id:
+                if ids == limit:
+                    return SessionPage(entries, entries[-1].info.id)
+                ids += 1
+            entries.append(entry)
+        return SessionPage(entries, None)
+
+    async def find(self, session_id: str) -> Shard:
+        """The shard that holds ``session_id``, asking its candidates in order (home
+        first). A candidate whose file cannot be opened is passed over while another
+        may still hold the id (an id lives on one shard at most).
+
+        Raises ``SessionNotFound`` (no candidate holds it), ``ShardFileError`` (it is
+        not on the candidates that could be opened, and one could not: whether it is
+        stored is unknown), ``StoreError``."""
+        candidates = self.map.candidates(session_id)
+        unopened: ShardFileError | None = None
+        for shard in candidates:
+            try:
+                store = await self.store(shard)
+            except ShardFileError as exc:
+                unopened = unopened or exc
+                continue
+            if await holds(store, session_id):
+                return shard
+        if unopened is not None:
+            raise unopened
+        names = ", ".join(s.name for s in candidates)
+        raise SessionNotFound(f"session {session_id!r} is not stored "
+                              f"(looked on shard(s) {names})")
+
+    async def duplicates(self) -> dict[str, list[str]]:
+        """``duplicates`` of every shard's sessions. Opens every shard. Raises
+        ``ShardFileError``, ``StoreError``."""
+        return duplicates(await self.list_sessions())
+
+    async def misplaced(self) -> list[Misplaced]:
+        """``misplaced`` of every shard's sessions. Opens every shard. Raises
+        ``ShardFileError``, ``StoreError``."""
+        return misplaced(self.map, await self.list_sessions())
+
+    async def export_session(self, session_id: str) -> tuple[Shard, bytes]:
+        """``export_session`` from the shard that holds ``session_id`` (see ``find``),
+        and that shard. Raises ``SessionNotFound``, ``CorruptStore``,
+        ``ShardFileError``, ``StoreError``."""
+        shard = await self.find(session_id)
+        return shard, await export_session(await self.store(shard), session_id)
+
+    async def import_log(self, log: LogFile, source: Path, *,
+                         legacy: bool = False) -> tuple[Shard, SessionHeader]:
+        """``import_log`` onto the session's home shard: validate ``log`` through the
+        core, check that no other candidate shard holds its id, then create it on its
+        home (its file initialised when missing). Never creates anything elsewhere.
+        Returns the home and the stored header.
+
+        Raises ``surfacelog.schema.LogError`` (invalid log), ``SessionExists`` naming the
+        shard that holds the id, ``ShardFileError`` (a candidate's file cannot be
+        opened: whether it holds the id is unknown, so nothing is stored),
+        ``StoreError``. Nothing is stored when it raises."""
+        header, events = prepare_import(log, source, legacy=legacy)
+        home, *others = self.map.candidates(header.id)
+        for shard in others:
+            try:
+                store = await self.store(shard)
+            except ShardFileError as exc:
+                raise ShardFileError(f"{exc}; it may hold session {header.id!r}, so it is "
+                                     f"not created on shard {home.name!r}") from exc
+            if await holds(store, header.id):
+                raise SessionExists(f"session {header.id!r} is already stored "
+                                    f"(on shard {shard.name!r})")
+        try:
+            await (await self.store(home, create=True)).create(header, events)
+        except SessionExists as exc:
+            raise SessionExists(f"{exc} (on shard {home.name!r})") from exc
+        return home, header
+
+
+__all__ = ["Misplaced", "SessionPage", "ShardFileError", "ShardedSession", "ShardedStores",
+           "duplicates", "holds", "misplaced"]
