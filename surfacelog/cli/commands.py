@@ -9,8 +9,10 @@ from inspect import Parameter, Signature
 from pathlib import Path
 from typing import Annotated, Any, get_type_hints
 
+import msgspec
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from surfacelog.cli.render import surface_tree
 from surfacelog.cli.runmodel import RunConfig
@@ -29,6 +31,9 @@ from surfacelog.store import (
     import_log,
     verify_store,
 )
+from surfacelog.store.sharded import ShardedStores
+from surfacelog.store.shards import ShardConfigError, ShardMap, load_shard_map
+from surfacelog.store.verify import verify_shards
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Event-sourced agent session logs with a replaceable surface.")
@@ -134,7 +139,49 @@ def repair(file: Annotated[Path, typer.Argument(help="JSONL session log")],
 
 # -- store commands -------------------------------------------------------------------
 
-DbArg = Annotated[Path, typer.Argument(help="SQLite store file")]
+DbArg = Annotated[str | None, typer.Argument(
+    metavar="DB", show_default=False, help="SQLite store file (or --shards FILE instead)")]
+ShardsOpt = Annotated[Path | None, typer.Option(
+    "--shards", metavar="FILE", show_default=False,
+    help="shard configuration (JSON) to use instead of DB: work over every shard's "
+         "file, each of which must be readable from this machine")]
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_PAGE = 50
+
+
+def _usage(command: str, problem: str) -> typer.Exit:
+    """Print a one-line usage error for ``command``; the exit (status 2) to raise."""
+    typer.echo(f"usage error: surfacelog {command}: {problem}", err=True)
+    return typer.Exit(2)
+
+
+def _either(command: str, db: str | None, shards: Path | None) -> ShardMap | None:
+    """The shard map of ``--shards`` (``None`` for a single DB). Exits 2 with a one-line
+    message unless exactly one of DB and ``--shards`` is given, or when the shard
+    configuration cannot be read or is malformed."""
+    if db is not None and shards is not None:
+        raise _usage(command, "give either DB or --shards FILE, not both")
+    if shards is None:
+        if db is None:
+            raise _usage(command, "give either DB or --shards FILE")
+        return None
+    try:
+        return load_shard_map(shards)
+    except ShardConfigError as exc:
+        message = str(exc).replace("\n", " ")
+        typer.echo(f"bad shard configuration: {message}", err=True)
+        raise typer.Exit(2) from exc
+    except OSError as exc:
+        typer.echo(f"cannot read shard configuration {shards}: {exc.strerror or exc}",
+                   err=True)
+        raise typer.Exit(2) from exc
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    """Print ``exc`` on one line; the exit (status 1) to raise."""
+    typer.echo(str(exc).replace("\n", " "), err=True)
+    return typer.Exit(1)
 
 
 async def _open_store(db: Path, *, create: bool) -> SqliteEventStore:
@@ -145,27 +192,7 @@ async def _open_store(db: Path, *, create: bool) -> SqliteEventStore:
         raise typer.Exit(2) from exc
 
 
-@app.command()
-def export(db: DbArg, session: Annotated[str, typer.Argument(help="session id")],
-           output: Annotated[Path | None, typer.Option("-o", "--output",
-                                                       help="write here, not stdout")] = None,
-           ) -> None:
-    """Write a stored session as DSH JSONL: its header line, then one event per line.
-
-    Exit 1 when the session is missing or unreadable, 2 when the store cannot be opened.
-    """
-    async def run() -> bytes:
-        store = await _open_store(db, create=False)
-        try:
-            return await export_session(store, session)
-        finally:
-            await store.close()
-
-    try:
-        content = asyncio.run(run())
-    except StoreError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(1) from exc
+def _write(content: bytes, output: Path | None) -> None:
     if output is None:
         sys.stdout.buffer.write(content)
         sys.stdout.flush()
@@ -173,22 +200,99 @@ def export(db: DbArg, session: Annotated[str, typer.Argument(help="session id")]
         output.write_bytes(content)
 
 
+@app.command()
+def export(db: DbArg = None,
+           session: Annotated[str | None, typer.Argument(
+               metavar="SESSION", show_default=False, help="session id")] = None,
+           output: Annotated[Path | None, typer.Option("-o", "--output",
+                                                       help="write here, not stdout")] = None,
+           shards: ShardsOpt = None) -> None:
+    """Write a stored session as DSH JSONL: its header line, then one event per line.
+    With ``--shards FILE`` (then ``export --shards FILE SESSION``): from the shard that
+    holds it, found among its candidate shards.
+
+    Exit 1 when the session is missing or unreadable (or, with ``--shards``, a shard
+    file it may be on cannot be opened), 2 when the store cannot be opened, on a usage
+    error or a bad shard configuration.
+    """
+    if (shards is not None and session is None and db is not None
+            and not _is_sqlite(Path(db))):
+        db, session = None, db
+    shard_map = _either("export", db, shards)
+    if session is None:
+        raise _usage("export", "missing argument SESSION")
+    session_id = session
+
+    async def run_one(db_path: Path) -> bytes:
+        store = await _open_store(db_path, create=False)
+        try:
+            return await export_session(store, session_id)
+        finally:
+            await store.close()
+
+    async def run_sharded(stores: ShardedStores) -> bytes:
+        async with stores:
+            _, content = await stores.export_session(session_id)
+            return content
+
+    try:
+        if shard_map is None:
+            assert db is not None
+            content = asyncio.run(run_one(Path(db)))
+        else:
+            content = asyncio.run(run_sharded(ShardedStores(shard_map)))
+    except StoreError as exc:
+        raise _fail(exc) from exc
+    _write(content, output)
+
+
 @app.command(name="import")
-def import_(db: DbArg, files: FileArgs, legacy: LegacyOpt = False) -> None:
+def import_(db: DbArg = None,
+            files: Annotated[list[Path] | None, typer.Argument(
+                metavar="FILE", show_default=False, help="JSONL session logs")] = None,
+            legacy: LegacyOpt = False, shards: ShardsOpt = None) -> None:
     """Store each JSONL log as a new session (its header line's id, else the file name
-    without extension), after validating it through the core.
+    without extension), after validating it through the core. With ``--shards FILE``
+    (then ``import --shards FILE FILE...``): each session goes to its home shard (its
+    file created when missing), after checking that no other candidate shard holds the
+    id; nothing is ever created on another shard.
 
     Exit 0 when every file was imported, 1 when a log is invalid or its session already
-    exists, 2 when a file cannot be read or is not JSONL or the store cannot be opened.
+    exists (or, with ``--shards``, a shard file cannot be opened), 2 when a file cannot
+    be read or is not JSONL or the store cannot be opened, on a usage error or a bad
+    shard configuration.
     """
+    paths = list(files or [])
+    if shards is not None and db is not None:
+        if _is_sqlite(Path(db)):
+            raise _usage("import", "give either DB or --shards FILE, not both")
+        paths.insert(0, Path(db))
+        db = None
+    shard_map = _either("import", db, shards)
+    if not paths:
+        raise _usage("import", "missing argument FILE...")
+
+    async def store_one(path: Path, store: SqliteEventStore | ShardedStores) -> str:
+        log = _read(path, legacy)
+        if isinstance(store, ShardedStores):
+            shard, header = await store.import_log(log, path)
+            return (f"{path}: imported as session {header.id} on shard {shard.name} "
+                    f"({len(log.events)} events)")
+        header = await import_log(store, log, path)
+        return f"{path}: imported as session {header.id} ({len(log.events)} events)"
+
     async def run() -> int:
         status = 0
-        store = await _open_store(db, create=True)
+        store: SqliteEventStore | ShardedStores
+        if shard_map is None:
+            assert db is not None
+            store = await _open_store(Path(db), create=True)
+        else:
+            store = ShardedStores(shard_map)
         try:
-            for path in files:
+            for path in paths:
                 try:
-                    log = _read(path, legacy)
-                    header = await import_log(store, log, path)
+                    done = await store_one(path, store)
                 except _Unreadable as exc:
                     typer.echo(str(exc), err=True)
                     status = 2
@@ -196,8 +300,7 @@ def import_(db: DbArg, files: FileArgs, legacy: LegacyOpt = False) -> None:
                     typer.echo(f"{path}: not imported: {exc}", err=True)
                     status = max(status, 1)
                 else:
-                    typer.echo(f"{path}: imported as session {header.id} "
-                               f"({len(log.events)} events)")
+                    typer.echo(done)
         finally:
             await store.close()
         return status
@@ -205,16 +308,35 @@ def import_(db: DbArg, files: FileArgs, legacy: LegacyOpt = False) -> None:
     raise typer.Exit(asyncio.run(run()))
 
 
-@app.command()
-def verify(db: DbArg) -> None:
-    """Reload every stored session through the full validation; print each failure by
-    session and seq.
+def _is_sqlite(path: Path) -> bool:
+    """Whether ``path`` is a readable file that starts like a SQLite database: with
+    ``--shards``, a positional that is one is a DB given as well, not a session id or a
+    log."""
+    try:
+        with path.open("rb") as f:
+            return f.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
+    except OSError:
+        return False
 
-    Exit 0 when every session loads, 1 when one does not, 2 when the store cannot be
-    opened.
+
+@app.command()
+def verify(db: DbArg = None, shards: ShardsOpt = None) -> None:
+    """Reload every stored session through the full validation; print each failure by
+    session and seq. With ``--shards FILE``: every session of every shard, reported per
+    shard, then every id stored on more than one shard and every session stored on a
+    shard that is not one of its candidates (both are failures).
+
+    Exit 0 when every session loads, 1 when one does not (or, with ``--shards``, a shard
+    file cannot be opened, an id is on two shards or a session is misplaced), 2 when the
+    store cannot be opened, on a usage error or a bad shard configuration.
     """
+    shard_map = _either("verify", db, shards)
+    if shard_map is not None:
+        raise typer.Exit(_verify_shards(shard_map))
+
     async def run() -> tuple[int, list[VerifyFailure]]:
-        store = await _open_store(db, create=False)
+        assert db is not None
+        store = await _open_store(Path(db), create=False)
         try:
             return await verify_store(store)
         finally:
@@ -228,40 +350,119 @@ def verify(db: DbArg) -> None:
     raise typer.Exit(1 if failures else 0)
 
 
+def _verify_shards(shard_map: ShardMap) -> int:
+    """Print ``verify_shards``; returns the exit status (0 when all is well, else 1)."""
+    result = asyncio.run(verify_shards(shard_map))
+    checked = failed = unreadable = 0
+    for report in result.shards:
+        if report.error is not None:
+            unreadable += 1
+            typer.echo(f"FAIL shard {report.shard}: {report.error}")
+            continue
+        for failure in report.failures:
+            where = "-" if failure.seq is None else str(failure.seq)
+            typer.echo(f"FAIL shard {report.shard} session {failure.session_id} "
+                       f"seq {where}: {failure.message}")
+        checked += report.checked
+        failed += len(report.failures)
+        typer.echo(f"shard {report.shard} ({report.path}): {report.checked} session(s) "
+                   f"checked, {len(report.failures)} failed")
+    for session_id, holders in result.duplicates.items():
+        typer.echo(f"FAIL session {session_id} is stored on {len(holders)} shards: "
+                   f"{', '.join(holders)}")
+    for wrong in result.misplaced:
+        typer.echo(f"FAIL session {wrong.session_id} is stored on shard {wrong.shard}, "
+                   f"not one of its candidate shards ({', '.join(wrong.candidates)})")
+    typer.echo(f"{checked} session(s) checked on {len(result.shards)} shard(s), "
+               f"{failed} failed, {unreadable} shard(s) unreadable, "
+               f"{len(result.duplicates)} id(s) on several shards, "
+               f"{len(result.misplaced)} misplaced")
+    return 0 if result.ok else 1
+
+
 @app.command()
-def digest(db: Annotated[Path, typer.Argument(help="SQLite database")],
-           json: JsonOpt = False) -> None:
+def digest(db: DbArg = None, json: JsonOpt = False, shards: ShardsOpt = None) -> None:
     """Replay every stored session and print its digest (length, nodes, generation,
-    message ids, hash of the messages). ``run`` compares these with the live actors."""
-    import asyncio
+    message ids, hash of the messages). ``run`` compares these with the live actors.
+    With ``--shards FILE``: every shard's sessions, ordered by session id, each naming
+    its shard (``--json``: a list of ``{"session", "shard", "digest"}``).
 
-    import msgspec
+    With ``--shards``, exit 1 when a shard file cannot be opened or a session does not
+    load, 2 on a usage error or a bad shard configuration."""
+    from rich.table import Column, Table
 
-    from surfacelog.store.digests import store_digests
+    from surfacelog.store.digests import shard_digests, store_digests
 
-    digests = asyncio.run(store_digests(str(db)))
-    if json:
-        sys.stdout.write(encode_json(msgspec.to_builtins(digests)).decode() + "\n")
+    shard_map = _either("digest", db, shards)
+    if shard_map is None:
+        assert db is not None
+        digests = asyncio.run(store_digests(db))
+        if json:
+            sys.stdout.write(encode_json(msgspec.to_builtins(digests)).decode() + "\n")
+            return
+        table = Table("session", "events", "nodes", "generation", "messages", "sha256")
+        for sid, d in digests.items():
+            table.add_row(sid, str(d.length), str(len(d.nodes)), str(d.replace_generation),
+                          str(len(d.message_ids)), d.messages_sha256[:16])
+        Console().print(table)
         return
-    from rich.table import Table
-
-    table = Table("session", "events", "nodes", "generation", "messages", "sha256")
-    for sid, d in digests.items():
-        table.add_row(sid, str(d.length), str(len(d.nodes)), str(d.replace_generation),
+    try:
+        entries = asyncio.run(shard_digests(shard_map))
+    except StoreError as exc:
+        raise _fail(exc) from exc
+    if json:
+        sys.stdout.write(encode_json(msgspec.to_builtins(entries)).decode() + "\n")
+        return
+    table = Table(Column("session", overflow="fold"), "shard", "events", "nodes",
+                  "generation", "messages", "sha256")
+    for entry in entries:
+        d = entry.digest
+        table.add_row(Text(entry.session), Text(entry.shard), str(d.length),
+                      str(len(d.nodes)), str(d.replace_generation),
                       str(len(d.message_ids)), d.messages_sha256[:16])
     Console().print(table)
 
 
 @app.command()
-def inspect(db: Annotated[Path, typer.Argument(help="SQLite database")],
-            session: Annotated[str | None, typer.Argument(help="session id")] = None,
+def inspect(db: DbArg = None,
+            session: Annotated[str | None, typer.Argument(
+                metavar="SESSION", show_default=False, help="session id")] = None,
             at: Annotated[int | None, typer.Option("--at", help="as of this seq")] = None,
+            shards: ShardsOpt = None,
+            limit: Annotated[int | None, typer.Option(
+                "--limit", min=1, show_default=False,
+                help=f"with --shards: sessions per page (default {_PAGE})")] = None,
+            after: Annotated[str | None, typer.Option(
+                "--after", metavar="ID",
+                help="with --shards: list the sessions whose id sorts after ID")] = None,
             ) -> None:
     """Without SESSION: a table of sessions. With it: the surface as a tree, each
-    replacement expanded to the events it shadowed (``--at``: as of a past seq)."""
-    from surfacelog.cli.inspection import inspect_db
+    replacement expanded to the events it shadowed (``--at``: as of a past seq).
 
-    raise typer.Exit(inspect_db(str(db), session, at, Console()))
+    With ``--shards FILE`` (then ``inspect --shards FILE [SESSION]``): the sessions of
+    every shard merged by id with a shard column, one page at a time (``--limit``,
+    ``--after``; the table ends with the command for the next page), or SESSION found
+    on its shard. Exit 1 when the session is missing or a shard file cannot be opened,
+    2 on a usage error or a bad shard configuration."""
+    from surfacelog.cli.inspection import inspect_db, inspect_shards
+
+    if shards is not None and db is not None:
+        if session is not None or _is_sqlite(Path(db)):
+            raise _usage("inspect", "give either DB or --shards FILE, not both")
+        db, session = None, db
+    shard_map = _either("inspect", db, shards)
+    if shard_map is None:
+        if limit is not None or after is not None:
+            raise _usage("inspect", "--limit and --after page the --shards table")
+        assert db is not None
+        raise typer.Exit(inspect_db(db, session, at, Console()))
+    assert shards is not None
+    try:
+        status = inspect_shards(shard_map, str(shards), session, at,
+                                _PAGE if limit is None else limit, after, Console())
+    except StoreError as exc:
+        raise _fail(exc) from exc
+    raise typer.Exit(status)
 
 
 def run(**options: Any) -> None:

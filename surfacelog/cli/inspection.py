@@ -1,15 +1,22 @@
-"""``surfacelog inspect``: a database's sessions as a table, or one surface as a tree."""
+"""``surfacelog inspect``: a database's sessions as a table, or one surface as a tree;
+with ``--shards``, the sessions of every shard merged and paginated, or one session
+found on its shard."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import shlex
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from surfacelog.cli.render import surface_tree
+from surfacelog.session.session import Session
 from surfacelog.store.base import SessionNotFound
+from surfacelog.store.sharded import ShardedStores
+from surfacelog.store.shards import ShardMap
 from surfacelog.store.sqlite import SqliteEventStore
 
 
@@ -18,6 +25,26 @@ def _when(ms: int | None) -> str:
         return "-"
     return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc).strftime(
         "%Y-%m-%d %H:%M:%S")
+
+
+def _print_surface(session: Session, session_id: str, at: int | None, where: str,
+                   console: Console) -> int:
+    """Print ``session``'s surface tree (as of seq ``at`` when given); returns the exit
+    status (1 when ``at`` is not one of its seqs)."""
+    if at is None:
+        snap = session.snapshot()
+        title = f"{session_id}{where}: {snap.length} events"
+    else:
+        if not 0 <= at < len(session):
+            console.print(f"[red]--at {at} is not a seq of {session_id!r} "
+                          f"(0..{len(session) - 1})[/]")
+            return 1
+        snap = session.surface_at(at)
+        title = f"{session_id}{where} as of seq {at}"
+    replacements = [r for r in session.replacements() if r.seq < snap.length]
+    title += (f", {len(snap.nodes)} nodes, replace generation {snap.replace_generation}")
+    console.print(surface_tree(title, snap.nodes, session.log, replacements))
+    return 0
 
 
 async def _inspect(db: str, session_id: str | None, at: int | None, console: Console) -> int:
@@ -38,20 +65,7 @@ async def _inspect(db: str, session_id: str | None, at: int | None, console: Con
         except SessionNotFound:
             console.print(f"[red]no session {session_id!r} in {db}[/]")
             return 1
-        if at is None:
-            snap = session.snapshot()
-            title = f"{session_id}: {snap.length} events"
-        else:
-            if not 0 <= at < len(session):
-                console.print(f"[red]--at {at} is not a seq of {session_id!r} "
-                              f"(0..{len(session) - 1})[/]")
-                return 1
-            snap = session.surface_at(at)
-            title = f"{session_id} as of seq {at}"
-        replacements = [r for r in session.replacements() if r.seq < snap.length]
-        title += (f", {len(snap.nodes)} nodes, replace generation {snap.replace_generation}")
-        console.print(surface_tree(title, snap.nodes, session.log, replacements))
-        return 0
+        return _print_surface(session, session_id, at, "", console)
     finally:
         await store.close()
 
@@ -60,3 +74,52 @@ def inspect_db(db: str, session_id: str | None, at: int | None, console: Console
     """Print the sessions table or one session's surface tree; returns the exit status.
     Raises ``VersionRefused`` for a database of another build."""
     return asyncio.run(_inspect(db, session_id, at, console))
+
+
+async def _inspect_shards(shard_map: ShardMap, config: str, session_id: str | None,
+                          at: int | None, limit: int, after: str | None,
+                          console: Console) -> int:
+    async with ShardedStores(shard_map) as stores:
+        if session_id is not None:
+            try:
+                shard = await stores.find(session_id)
+            except SessionNotFound as exc:
+                console.print(f"no session {session_id!r} in {config}: {exc}",
+                              style="red", markup=False)
+                return 1
+            session = await (await stores.store(shard)).load(session_id)
+            return _print_surface(session, session_id, at, f" (shard {shard.name})", console)
+        page = await stores.page(after=after, limit=limit)
+        title = f"{config}: {len(shard_map.shards)} shard(s)"
+        if after is not None:
+            title += f", sessions after {after!r}"
+        table = Table("session", "shard", "events", "surface nodes", "replace gen",
+                      "last activity (UTC)", title=Text(title))
+        for entry in page.entries:
+            store = await stores.store(shard_map.get(entry.shard))
+            snap = (await store.load(entry.info.id)).snapshot()
+            table.add_row(Text(entry.info.id), Text(entry.shard), str(snap.length),
+                          str(len(snap.nodes)), str(snap.replace_generation),
+                          _when(entry.info.last_time))
+        console.print(table)
+        if page.next_after is None:
+            console.print(f"{len(page.entries)} session(s) listed: this is the last page")
+        else:
+            console.print(
+                f"{len(page.entries)} session(s) listed; next page: surfacelog inspect "
+                f"--shards {shlex.quote(config)} --limit {limit} "
+                f"--after {shlex.quote(page.next_after)}", markup=False, soft_wrap=True)
+        return 0
+
+
+def inspect_shards(shard_map: ShardMap, config: str, session_id: str | None,
+                   at: int | None, limit: int, after: str | None, console: Console) -> int:
+    """Over every shard of ``shard_map`` (read from the file ``config``; each shard file
+    opened from this machine, never created): without ``session_id``, one page of the
+    merged sessions table (``limit`` ids greater than ``after``, by id, with a shard
+    column) and the command for the next page; with it, that session's surface tree,
+    found on its candidate shards. Returns the exit status (1: no such session, or
+    ``at`` not one of its seqs). Raises ``ShardFileError`` naming a shard whose file
+    cannot be opened, ``CorruptStore``, ``StoreError``."""
+    return asyncio.run(_inspect_shards(shard_map, config, session_id, at, limit, after,
+                                       console))
