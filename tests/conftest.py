@@ -11,14 +11,14 @@ import pytest
 @pytest.fixture(scope="session")
 def ray_local() -> Iterator[None]:
     """``ray.init(num_cpus=2)`` once per test session, shut down at the end."""
-    from surfacelog.actors.client import local_ray_on_loopback
-
-    local_ray_on_loopback()
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     import ray
 
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    ray.init(num_cpus=2, namespace="surfacelog", include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
+    from surfacelog.actors.client import init_ray
+
+    # A new local Ray on loopback, never a cluster another process left running.
+    init_ray(None, num_cpus=2, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
     try:
         yield
     finally:

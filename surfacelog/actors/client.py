@@ -101,6 +101,17 @@ async def within(awaitable: Any, timeout_s: float) -> Any:
     return future.result()
 
 
+def init_ray(address: str | None, **options: Any) -> None:
+    """``ray.init`` in the ``surfacelog`` namespace. ``address=None``: join the cluster
+    named by ``RAY_ADDRESS`` when that is set (as in a Ray job), else start a new local
+    Ray on loopback only; never join whatever local cluster last wrote Ray's
+    "current cluster" file (another user's test cluster, say), as ``ray.init()`` would."""
+    if address is None and not os.environ.get("RAY_ADDRESS"):
+        local_ray_on_loopback()
+        address = "local"
+    ray.init(address=address, namespace=NAMESPACE, **options)
+
+
 def _run_sync(coro: Any) -> None:
     """Run ``coro`` to completion from sync code, inside or outside an event loop."""
     try:
@@ -362,9 +373,7 @@ def connect(address: str | None = None, db: str = "surfacelog.db", *,
             packs=packs, durability=durability, idle_timeout_s=idle_timeout_s,
             store_options=dict(store_options or {}))
     if not ray.is_initialized():
-        if address is None:
-            local_ray_on_loopback()
-        ray.init(address=address, namespace=NAMESPACE, **ray_init)
+        init_ray(address, **ray_init)
     journals = {shard.name: start_writer(config, shard) for shard in config.shards.shards}
     # A shard whose node is not up yet is not waited for: its sessions raise
     # ShardUnavailable until it is. A shard that answers with an error fails the connect.

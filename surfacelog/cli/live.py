@@ -13,7 +13,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from surfacelog.actors.journal import NAMESPACE
+from surfacelog.actors.client import init_ray
 from surfacelog.cli.loadrun import run_workload
 from surfacelog.cli.report_html import write_html
 from surfacelog.cli.runmodel import RunConfig, Sample
@@ -60,8 +60,8 @@ def run_live(cfg: RunConfig) -> int:
     if started_ray:
         console.print("starting Ray…" if cfg.address is None
                       else f"joining Ray at {cfg.address}…")
-        ray.init(address=cfg.address, namespace=NAMESPACE, include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)
+        init_ray(cfg.address, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
     progress = Progress(TextColumn("turns"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=console)
     task = progress.add_task("turns", total=cfg.sessions * cfg.turns)
