@@ -21,7 +21,14 @@ import ray
 from msgspec import UNSET
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from surfacelog.actors.config import NAMESPACE, Durability, HostingConfig, Placement, db_key
+from surfacelog.actors.config import (
+    NAMESPACE,
+    Durability,
+    HostingConfig,
+    Placement,
+    Writer,
+    db_key,
+)
 from surfacelog.actors.journal import RemoteJournal, flush_journal, journal_name
 from surfacelog.actors.protocol import (
     ActorStats,
@@ -352,7 +359,7 @@ def connect(address: str | None = None, db: str = "surfacelog.db", *,
             shards: ShardMap | None = None, placement: Placement = "dedicated",
             packs: int = 8, durability: Durability = "durable",
             idle_timeout_s: float | None = 600.0,
-            store_options: dict[str, Any] | None = None,
+            store_options: dict[str, Any] | None = None, writer: Writer = "journal",
             config: HostingConfig | None = None, ready_timeout_s: float = 30.0,
             **ray_init: Any) -> Client:
     """Connect to (or start) Ray and the journals of the deployment; returns a
@@ -360,9 +367,10 @@ def connect(address: str | None = None, db: str = "surfacelog.db", *,
 
     The deployment is ``config``, or else one made of the other arguments: ``shards``
     (a ``ShardMap``; default one shard, the file ``db``), ``placement``, ``packs``,
-    ``durability``, ``idle_timeout_s`` and ``store_options`` (``SqliteEventStore.open``
-    options of every shard). ``address=None`` starts an embedded local Ray unless one is
-    initialised already; it listens on loopback only. Each shard's journal is waited
+    ``durability``, ``idle_timeout_s``, ``store_options`` (``SqliteEventStore.open``
+    options of every shard) and ``writer`` (see ``HostingConfig``). ``address=None``
+    starts an embedded local Ray (see ``init_ray``) unless one is
+    initialised already; it listens on loopback only. Each shard's writer is waited
     for up to ``ready_timeout_s``; one that does not answer by then (its node is not
     up) leaves its sessions raising ``ShardUnavailable`` until it does. Raises
     ``VersionRefused`` when a shard's file was written by another build.
@@ -371,7 +379,7 @@ def connect(address: str | None = None, db: str = "surfacelog.db", *,
         config = HostingConfig(
             shards if shards is not None else ShardMap.single(db), placement=placement,
             packs=packs, durability=durability, idle_timeout_s=idle_timeout_s,
-            store_options=dict(store_options or {}))
+            store_options=dict(store_options or {}), writer=writer)
     if not ray.is_initialized():
         init_ray(address, **ray_init)
     journals = {shard.name: start_writer(config, shard) for shard in config.shards.shards}
