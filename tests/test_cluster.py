@@ -54,14 +54,7 @@ CHECKS = [
     "shutdown_clean",                     # client.shutdown() reported no write failure
 ]
 
-KNOWN_BUGS = {
-    "no_stray_async_errors": (
-        "surfacelog.actors.client.within leaves the awaited ObjectRef's task running "
-        "after its timeout; when the lost shard's actor later fails it (Ray's "
-        "ActorUnavailableError), nobody retrieves the exception and asyncio logs "
-        "'Task exception was never retrieved' with a traceback, once per timed-out "
-        "request. Remove this entry once within() consumes that result."),
-}
+KNOWN_BUGS: dict[str, str] = {}
 """Checks that fail for a known package bug: expected to fail in the CI run (not
 strictly, so the fix does not break the suite), and left out of the whole-report
 assertions. The soak run asserts them too."""

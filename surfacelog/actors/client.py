@@ -104,8 +104,16 @@ async def within(awaitable: Any, timeout_s: float) -> Any:
     future = asyncio.ensure_future(awaitable)
     done, _ = await asyncio.wait({future}, timeout=timeout_s)
     if not done:
+        # Nobody will await it now: read its outcome when it comes, so that a late
+        # failure (the actor restarting) is not reported as an unretrieved exception.
+        future.add_done_callback(_drop_outcome)
         raise asyncio.TimeoutError
     return future.result()
+
+
+def _drop_outcome(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def init_ray(address: str | None, **options: Any) -> None:
@@ -438,10 +446,15 @@ class SessionHandle:
                 if not (idempotent and relayed and isinstance(error, _UNKNOWN_OUTCOME)) \
                         or backoff.exhausted():
                     raise error from None
-            except RayActorError:  # died, or restarting (ActorUnavailableError)
+            except RayActorError as exc:  # died, or restarting (ActorUnavailableError)
                 self.client.forget(self.session_id)
-                if not idempotent or backoff.exhausted():
-                    raise
+                if not idempotent:
+                    raise  # its outcome is unknown: the caller resends with expected_seq
+                if backoff.exhausted():
+                    raise ShardUnavailable(
+                        f"session {self.session_id!r}: shard {shard.name!r} did not answer "
+                        f"{method} within {self.client.retry_for_s:g} s "
+                        f"({type(exc).__name__})") from exc
             self.client.resent += 1
             await backoff.wait()
 
