@@ -126,6 +126,17 @@ def test_run_reports_consistent_figures_and_verifies(tmp_path: Path) -> None:
     for sid, d in before.items():
         assert after[sid]["length"] > d["length"]
     assert again["log_events"] > report["log_events"]
+    # The embedded Ray's processes are all seen: CPU per append covers Ray's own.
+    assert report["cpu_s"] > 0 and report["cpu_ms_per_append"] == pytest.approx(
+        1000 * report["cpu_s"] / report["appends"], abs=0.01)
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_owner_writer_run_verifies(tmp_path: Path) -> None:
+    report = run_json(tmp_path / "owner.db", "--sessions", "4", "--turns", "2",
+                      "--writer", "owner")
+    assert report["errors"] == 0
+    assert report["verification"]["passed"] and report["turns_done"] == 8
 
 
 @pytest.mark.usefixtures("ray_local")

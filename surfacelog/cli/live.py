@@ -42,6 +42,7 @@ def _report_table(report: dict[str, Any]) -> Table:
         ("errors", str(report["errors"])),
         ("store size (bytes)", str(report["store_bytes"])),
         ("wall time (s)", str(report["wall_s"])),
+        ("CPU per append, all processes (ms)", str(report["cpu_ms_per_append"])),
         ("verification", "passed" if report["verification"]["passed"] else "FAILED"),
     ]
     for k, v in rows:

@@ -159,6 +159,7 @@ async def run_workload(cfg: RunConfig,
     n_drivers = max(1, min(cfg.drivers, len(ids)))
     drivers = [RemoteDriver.options(**opts).remote(hosting, script) for _ in range(n_drivers)]
     started = time.time()
+    cpu_before = cpu_by_process() if cfg.address is None else None
     await asyncio.gather(compactor.start.remote(0.3), pruner.start.remote(0.3))
     done = asyncio.Event()
     poller = asyncio.ensure_future(_poll(drivers, compactor, pruner, started, on_sample, done))
@@ -175,6 +176,7 @@ async def run_workload(cfg: RunConfig,
                                                   pruner.stop.remote())
             samples = await poller
         wall = time.time() - started
+        cpu_s = None if cpu_before is None else cpu_spent(cpu_before, cpu_by_process())
         # Flush before reading the live state: a session whose buffered writes failed
         # reports it here and reloads from the store, so what is read next is what
         # survived, and the failure is counted instead of showing up as a mismatch.
@@ -195,7 +197,29 @@ async def run_workload(cfg: RunConfig,
                             "the logs")
         problems += [f"a durable write failed: {line}" for line in write_failures]
     return RunResult(cfg, wall, merged, cstats, pstats, store_bytes(db), live,
-                     not problems, problems, samples, journal, kills, write_failures)
+                     not problems, problems, samples, journal, kills, write_failures, cpu_s)
+
+
+def cpu_by_process() -> dict[int, float]:
+    """CPU seconds (user + system) of this process and every process below it: with an
+    embedded Ray, all of Ray's (GCS, raylet, workers, actors)."""
+    import psutil
+
+    me = psutil.Process()
+    out: dict[int, float] = {}
+    for proc in (me, *me.children(recursive=True)):
+        try:
+            times = proc.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue  # ended between listing and reading: its time is not counted
+        out[proc.pid] = times.user + times.system
+    return out
+
+
+def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds spent between two ``cpu_by_process`` readings by the processes alive
+    at the second (a process that ended in between is not counted)."""
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
 
 
 async def _chaos(client: Client, ids: list[str], cfg: RunConfig, done: asyncio.Event) -> int:

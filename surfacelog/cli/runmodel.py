@@ -112,6 +112,9 @@ class RunResult:
     write_failures: list[str] = field(default_factory=list)
     """Writes found failed by the final flushes (``failure_line``); with durable
     durability each one fails verification."""
+    cpu_s: float | None = None
+    """CPU seconds of every process of the embedded Ray (and this one) while the agents
+    ran; ``None`` when the run joined a cluster, whose processes it cannot see."""
 
     def report(self) -> dict[str, Any]:
         """The report as one JSON-ready object."""
@@ -146,6 +149,9 @@ class RunResult:
             "store_bytes": self.store_bytes,
             "journal": self.journal,
             "wall_s": round(self.wall_s, 2),
+            "cpu_s": None if self.cpu_s is None else round(self.cpu_s, 2),
+            "cpu_ms_per_append": (None if self.cpu_s is None or not p.appends
+                                  else round(1000 * self.cpu_s / p.appends, 3)),
             "verification": {"passed": self.verified, "sessions": len(self.live),
                              "mismatches": self.mismatches[:20]},
         }
