@@ -27,7 +27,6 @@ from surfacelog.actors.config import (
     HostingConfig,
     Placement,
     Writer,
-    db_key,
 )
 from surfacelog.actors.journal import RemoteJournal, flush_journal, journal_name
 from surfacelog.actors.protocol import (
@@ -101,7 +100,9 @@ async def within(awaitable: Any, timeout_s: float) -> Any:
     Not ``asyncio.wait_for``: before Python 3.12 it can swallow the cancellation of the
     task that awaits it when the awaited call finishes at the same moment (CPython
     gh-86296), and a compactor told to stop then never stops."""
-    future = asyncio.ensure_future(awaitable)
+    # An ObjectRef's own future, as ``await ref`` uses: no extra task on the hot path.
+    future = (awaitable.as_future() if isinstance(awaitable, ray.ObjectRef)
+              else asyncio.ensure_future(awaitable))
     done, _ = await asyncio.wait({future}, timeout=timeout_s)
     if not done:
         # Nobody will await it now: read its outcome when it comes, so that a late
@@ -157,6 +158,10 @@ class Client:
         """Each shard's journal actor, by shard name."""
         self._actors: dict[str, Any] = {}
         self._homes: OrderedDict[str, Shard] = OrderedDict()
+        """Where sessions were found (several shards only), least recently used first."""
+        shards = config.shards.shards
+        self._only = shards[0] if len(shards) == 1 else None
+        self._keys = {shard.name: config.shard_key(shard) for shard in shards}
         self.resent = 0
         """Requests this client's handles sent again after their actor died."""
         self.retry_for_s = RETRY_FOR_S
@@ -194,14 +199,14 @@ class Client:
         """The shard that holds ``session_id``, or where it will be created (see
         ``locate``). With no shard added later that is its home, found without asking
         anyone; otherwise the answer is remembered. Raises ``ShardUnavailable``."""
-        candidates = self.config.shards.candidates(session_id)
-        if len(candidates) == 1:
-            return candidates[0]
+        if self._only is not None:
+            return self._only
         known = self._homes.get(session_id)
         if known is not None:
             self._homes.move_to_end(session_id)
             return known
-        home, _ = await self.locate(session_id)
+        candidates = self.config.shards.candidates(session_id)
+        home = candidates[0] if len(candidates) == 1 else (await self.locate(session_id))[0]
         self._homes[session_id] = home
         while len(self._homes) > _HOMES_KEPT:
             self._homes.popitem(last=False)
@@ -213,9 +218,9 @@ class Client:
 
     def actor_name(self, shard: Shard, session_id: str) -> str:
         """The Ray actor name that serves ``session_id`` on ``shard``."""
-        key = self.config.shard_key(shard)
+        key = self._keys[shard.name]
         if self.config.writer == "owner":
-            return owner_name(shard.path)
+            return owner_name(key)
         if self.config.placement == "dedicated":
             return f"session:{key}:{session_id}"
         pack = zlib.crc32(session_id.encode()) % self.config.packs
@@ -241,8 +246,7 @@ class Client:
 
     def forget(self, session_id: str) -> None:
         """Drop the cached actor handle (after the actor died) to resolve it again."""
-        candidates = self.config.shards.candidates(session_id)
-        shard = candidates[0] if len(candidates) == 1 else self._homes.get(session_id)
+        shard = self._only or self._homes.get(session_id)
         if shard is not None:
             self._actors.pop(self.actor_name(shard, session_id), None)
 
@@ -297,7 +301,7 @@ class Client:
         if self.config.writer == "owner":
             # The writers are session actors: shutting one down flushes its file.
             for shard in self.config.shards.shards:
-                actors.setdefault(owner_name(shard.path), self.journals[shard.name])
+                actors.setdefault(owner_name(self._keys[shard.name]), self.journals[shard.name])
         found = await asyncio.gather(*(_shutdown_actor(name, actor, self.retry_for_s)
                                        for name, actor in actors.items()))
         failures = [line for lines in found for line in lines]
@@ -341,9 +345,10 @@ class Client:
         return failures
 
 
-def owner_name(path: str) -> str:
-    """The name of the session actor that owns the shard file ``path``."""
-    return f"owner:{db_key(path)}"
+def owner_name(key: str) -> str:
+    """The name of the session actor that owns the shard whose key is ``key``
+    (``HostingConfig.shard_key``)."""
+    return f"owner:{key}"
 
 
 def start_writer(config: HostingConfig, shard: Shard) -> Any:
@@ -352,7 +357,7 @@ def start_writer(config: HostingConfig, shard: Shard) -> Any:
     sessions and owns its file."""
     if config.writer == "owner":
         return RemoteSessionActor.options(
-            name=owner_name(shard.path), namespace=NAMESPACE, get_if_exists=True,
+            name=owner_name(config.shard_key(shard)), namespace=NAMESPACE, get_if_exists=True,
             lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,
             max_concurrency=_MAX_CONCURRENCY, resources=shard.pin,
         ).remote(config, shard.name)
