@@ -15,10 +15,10 @@ import os
 import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal, overload
 
 import ray
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from surfacelog.actors.config import (
@@ -43,7 +43,14 @@ from surfacelog.actors.protocol import (
 )
 from surfacelog.actors.retry import Backoff, through_restarts
 from surfacelog.actors.session_actor import RemoteSessionActor
-from surfacelog.schema.events import Event
+from surfacelog.schema.events import (
+    Event,
+    ExtensionType,
+    LogOnlyType,
+    ReplaceOp,
+    SurfacePayload,
+    SurfaceType,
+)
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
 from surfacelog.session.fork import SESSION_ALREADY_EXISTS, ForkError
@@ -398,12 +405,16 @@ def connect(address: str | None = None, db: str = "surfacelog.db", *,
         init_ray(address, **ray_init)
     journals = {shard.name: start_writer(config, shard) for shard in config.shards.shards}
     # A shard whose node is not up yet is not waited for: its sessions raise
-    # ShardUnavailable until it is. A shard that answers with an error fails the connect.
+    # ShardUnavailable until it is; nor is a writer that died or is restarting (a crash,
+    # its node lost): Ray restarts it and requests to its sessions retry. A shard that
+    # answers with an error fails the connect.
     readiness = [journal.ready.remote() for journal in journals.values()]
     answered, _ = ray.wait(readiness, num_returns=len(readiness), timeout=ready_timeout_s)
     for ref in answered:
         try:
             ray.get(ref)
+        except RayActorError:
+            continue
         except RayTaskError as exc:
             for started in journals.values():
                 ray.kill(started, no_restart=True)
@@ -464,11 +475,30 @@ class SessionHandle:
             self.client.resent += 1
             await backoff.wait()
 
+    @overload
+    async def append(self, type: SurfaceType, data: SurfacePayload, *,
+                     surface_op: Literal["append"],
+                     source_event_seqs: Sequence[int] | UnsetType = UNSET,
+                     ignorable: Literal[True] | UnsetType = UNSET,
+                     expected_seq: int | None = None) -> Event: ...
+
+    @overload
+    async def append(self, type: SurfaceType, data: SurfacePayload, *,
+                     surface_op: ReplaceOp, source_event_seqs: Sequence[int],
+                     ignorable: Literal[True] | UnsetType = UNSET,
+                     expected_seq: int | None = None) -> Event: ...
+
+    @overload
+    async def append(self, type: LogOnlyType | ExtensionType, data: Any = UNSET, *,
+                     ignorable: Literal[True] | UnsetType = UNSET,
+                     expected_seq: int | None = None) -> Event: ...
+
     async def append(self, type: str, data: Any = UNSET, *, surface_op: Any = UNSET,
                      source_event_seqs: Any = UNSET, ignorable: Any = UNSET,
                      expected_seq: int | None = None) -> Event:
         """Append one event; returns it as logged. Raises ``SurfaceError``,
-        ``Conflict`` (``expected_seq`` taken), store errors."""
+        ``Conflict`` (``expected_seq`` taken), store errors. Typed per kind of event
+        as ``Session.append`` is."""
         spec = AppendSpec(type, data, surface_op, source_event_seqs, ignorable)
         request = encode_append(self.session_id, (spec,), expected_seq)
         if request is None:

@@ -146,7 +146,7 @@ async def run_workload(cfg: RunConfig,
     db = os.path.abspath(cfg.db)
     hosting = HostingConfig.single(db, placement=cfg.placement, packs=cfg.packs,
                                    durability=cfg.durability, idle_timeout_s=None,
-                                   writer=cfg.writer)
+                                   writer=cfg.hosting_writer)
     client = connect(config=hosting)
     ids = session_ids(cfg.sessions)
     script = ScriptConfig(seed=cfg.seed, mode=cfg.mode)
@@ -223,31 +223,30 @@ def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
 
 
 async def _chaos(client: Client, ids: list[str], cfg: RunConfig, done: asyncio.Event) -> int:
-    """Until ``done``, every ``kill_every_s`` kill the actor serving a random session
-    (seeded) the way a crash would: Ray restarts it, its sessions activate again through
-    crash repair, and the drivers resend. With ``kill_journal`` every third kill is the
-    journal's: the session actors send it again the writes it had not answered. Returns how
-    many kills were made, once every victim serves again from its new process (so that
-    nothing read afterwards comes from an incarnation about to die)."""
+    """Until ``done``, kill the actor serving a random session (seeded) the way a crash
+    would, ``kill_every_s`` seconds after the previous victim serves again: Ray
+    restarts it, its sessions activate again through crash repair, and the drivers
+    resend. With ``kill_journal`` every second kill is the writer's (the journal, or the
+    owner): the session actors send it again the writes it had not answered.
+
+    The interval counts from the previous recovery, not from the previous kill: killing
+    an actor again before it has come back (a loaded machine restarts slowly) would
+    keep it down for good, which tests nothing but the retry window. Returns how many
+    kills were made, once the last victim serves again (so that nothing read afterwards
+    comes from an incarnation about to die)."""
     if cfg.kill_every_s <= 0:
         return 0
     rng = random.Random(cfg.seed)
-    kills: list[asyncio.Future[None]] = []
-    try:
-        while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(done.wait(), timeout=cfg.kill_every_s)
-            if done.is_set():
-                break
-            victim = client.journal if cfg.kill_journal and (len(kills) + 1) % 3 == 0 \
-                else await client.actor(rng.choice(ids))
-            kills.append(asyncio.ensure_future(kill_and_await_restart(victim)))
-    except BaseException:  # interrupted: stop waiting for the victims too
-        for kill in kills:
-            kill.cancel()
-        raise
-    await asyncio.gather(*kills)
-    return len(kills)
+    kills = 0
+    while True:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(done.wait(), timeout=cfg.kill_every_s)
+        if done.is_set():
+            return kills
+        victim = client.journal if cfg.kill_journal and (kills + 1) % 2 == 0 \
+            else await client.actor(rng.choice(ids))
+        await kill_and_await_restart(victim)
+        kills += 1
 
 
 RESTART_WAIT_S = 60.0

@@ -13,8 +13,9 @@ accepted.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NewType
 
 from msgspec import UNSET, Struct, UnsetType
 
@@ -82,6 +83,40 @@ class EventTypeSpec:
 SURFACE_ELIGIBLE_TYPES: Final = frozenset(
     {"user/message", "context/message", "assistant/message", "tool/result"}
 )
+
+# -- the types of a typed append ---------------------------------------------------------
+# ``Session.append`` and ``SessionHandle.append`` are overloaded on these, so that mypy
+# refuses a surface type without its ``surface_op``, a replace without its
+# ``source_event_seqs``, and a marker on a log-only type, before anything runs (the
+# session still checks every rule at run time). tests/test_typed_append.py checks that
+# they spell the registry's names.
+
+SurfaceType = Literal["user/message", "context/message", "assistant/message",
+                      "tool/result"]
+"""The four surface-eligible types: an append of one must carry ``surface_op``."""
+
+LogOnlyType = Literal[
+    "turn/start", "turn/end", "step/start", "step/end", "assistant/chunk", "tool/call",
+    "session/end-seed", "todo/write", "request/header", "request/context",
+    "compaction/start", "compaction/summary", "compaction/end", "compaction/prune",
+    "agent-preset/selected", "agent/inbox/spliced", "approval/asked", "approval/decided",
+    "approval/policy", "command/done", "command/run", "feedback/record", "goal/change",
+    "hook/invoked", "hook/result", "llm/retry", "llm/retry-started", "permission/preset",
+    "plan/mode", "sandbox/mode", "schedule/change", "session/title",
+    "session/title-llm-request", "subagent/descriptor", "team/member",
+    "team/message/delivered", "team/message/queued", "team/task",
+    "tool-workflow/agent-end", "tool-workflow/agent-start", "tool-workflow/run-end",
+    "tool-workflow/run-start", "tool/code-dispatch", "tool/code-dispatch-start",
+    "web/deepseek-search-llm-request"]
+"""The core's and DSH's log-only types: an append of one carries no surface marker."""
+
+ExtensionType = NewType("ExtensionType", str)
+"""A plugin's log-only type (``register_event_type``), or any type name only known at
+run time: ``ExtensionType("my/event")``. Typed as log-only; the session refuses a name
+it does not know unless the event is ``ignorable``."""
+
+SurfacePayload = Message | p.AssistantMessage | p.ToolResult | Mapping[str, Any]
+"""What a surface event's ``data`` may be given as: its payload struct or JSON."""
 
 _CORE: dict[str, type[Struct] | None] = {
     "turn/start": p.TurnStart,

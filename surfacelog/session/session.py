@@ -5,13 +5,21 @@ from __future__ import annotations
 import time as _time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal, overload
 
-from msgspec import UNSET, Struct
+from msgspec import UNSET, Struct, UnsetType
 
 from surfacelog.schema.codec import decode_json, encode_json
 from surfacelog.schema.errors import LogError
-from surfacelog.schema.events import Event, ReplaceOp, surface_op_from_json
+from surfacelog.schema.events import (
+    Event,
+    ExtensionType,
+    LogOnlyType,
+    ReplaceOp,
+    SurfacePayload,
+    SurfaceType,
+    surface_op_from_json,
+)
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session import shapes
 from surfacelog.session.derive import MessageCache, MessagesView, derive_from_nodes
@@ -230,6 +238,24 @@ class Session:
         return build_event(spec, len(self._log) if seq is None else seq,
                            self._clock() if time is None else time, owned=owned)
 
+    @overload
+    def append(self, type: SurfaceType, data: SurfacePayload, *,
+               surface_op: Literal["append"],
+               source_event_seqs: Sequence[int] | UnsetType = UNSET,
+               ignorable: Literal[True] | UnsetType = UNSET,
+               time: int | None = None) -> Event: ...
+
+    @overload
+    def append(self, type: SurfaceType, data: SurfacePayload, *, surface_op: ReplaceOp,
+               source_event_seqs: Sequence[int],
+               ignorable: Literal[True] | UnsetType = UNSET,
+               time: int | None = None) -> Event: ...
+
+    @overload
+    def append(self, type: LogOnlyType | ExtensionType, data: Any = UNSET, *,
+               ignorable: Literal[True] | UnsetType = UNSET,
+               time: int | None = None) -> Event: ...
+
     def append(
         self,
         type: str,
@@ -241,7 +267,12 @@ class Session:
         time: int | None = None,
     ) -> Event:
         """Append one event (seq = log length, time = now). Raises ``SurfaceError`` and
-        then changes nothing."""
+        then changes nothing.
+
+        Typed per kind of event (``SurfaceType``, ``LogOnlyType``, ``ExtensionType``):
+        mypy refuses a surface type without ``surface_op``, a replace without
+        ``source_event_seqs`` and a marker on a log-only type. At run time every rule is
+        checked whatever the caller's types said."""
         spec = AppendSpec(type, data, surface_op, source_event_seqs, ignorable)
         return self._commit(self.build(spec, time=time))
 
