@@ -53,6 +53,7 @@ from surfacelog.schema.events import (
 )
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
+from surfacelog.session.context import DEFAULT_PLUGIN, context_message
 from surfacelog.session.fork import SESSION_ALREADY_EXISTS, ForkError
 from surfacelog.store.base import CommitFailed, SessionExists, SessionInfo, StoreError
 from surfacelog.store.shards import Shard, ShardMap
@@ -551,6 +552,18 @@ class SessionHandle:
     async def prune(self, request: PruneRequest) -> list[Event]:
         events: list[Event] = await self._call("prune", request, idempotent=True)
         return events
+
+    async def set_context(self, body: str | dict[str, Any], *,
+                          plugin: str = DEFAULT_PLUGIN) -> Event | None:
+        """Make ``body`` the workspace context the model sees: a text (wrapped as
+        ``plugin``'s context message) or a context message. Appends a
+        ``context/message``, or replaces ``plugin``'s previous context node citing it;
+        returns the event, or ``None`` when the surface already showed this context.
+        Idempotent, so sent again after a crash. Raises ``ContextError``,
+        ``SurfaceError``, store errors."""
+        payload = body if isinstance(body, dict) else context_message(body, plugin=plugin)
+        event: Event | None = await self._call("set_context", payload, idempotent=True)
+        return event
 
     async def replace(self, request: CompactionRequest | PruneRequest) -> list[Event]:
         """Send a replace request (compaction or prune); ``Conflict`` when stale."""

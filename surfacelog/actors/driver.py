@@ -137,6 +137,19 @@ class SessionDriver:
         raise RuntimeError(f"session {self.handle.session_id}: gave up after "
                            f"{MAX_RESENDS} resends")
 
+    async def show_workspace(self, body: str) -> None:
+        """Make ``body`` the session's workspace context (idempotent, so the handle
+        resends it through restarts); the event it appended, if any, is counted."""
+        t0 = time.perf_counter()
+        event = await self.handle.set_context(body)
+        if event is None:
+            return
+        self.progress.latencies_ms.append((time.perf_counter() - t0) * 1000.0)
+        self.progress.append_times_ms.append((time.time() - self.started) * 1000.0)
+        self.progress.appends += 1
+        self.progress.events += 1
+        self.next_seq = max(self.next_seq, event.seq + 1)
+
     async def _check_turn_open(self) -> None:
         """Resync the tail; raise ``TurnInterrupted`` when our turn is no longer the one
         the log is inside (crash repair closed it), or when the log no longer holds
@@ -157,6 +170,7 @@ class SessionDriver:
     async def run_turn(self, turn: int) -> None:
         script, cfg = self.script, self.script.config
         self.turn_seq = None
+        await self.show_workspace(script.workspace(turn))
         opened = await self.send(script.turn_open(turn))
         self.turn_seq = opened.seqs[0]
         for step in range(1, cfg.steps + 1):

@@ -45,6 +45,7 @@ from surfacelog.session.compaction import (
     compaction_specs,
     prune_specs,
 )
+from surfacelog.session.context import context_spec
 from surfacelog.session.fork import SESSION_ALREADY_EXISTS, ForkError
 from surfacelog.session.jsonvalue import json_equal
 from surfacelog.store.base import BadEvent, EventStore, SessionNotFound, WriterFenced
@@ -227,6 +228,21 @@ class LiveSession:
             events = await self._commit(prune_specs(target, req, at=len(self.session)))
             self.replaces += 1
             return events
+
+    async def set_context(self, payload: dict[str, Any]) -> Event | None:
+        """Make ``payload`` (a context message from a plugin) the surface's current
+        context of its plugin (``session.context.context_spec``), persisted; returns the
+        event appended, or ``None`` when it already was (so sending it again is
+        harmless). Raises ``ContextError``, ``SurfaceError``, store errors."""
+        async with self.lock:
+            self._touch()
+            spec = context_spec(self.session, payload)
+            if spec is None:
+                return None
+            (event,) = await self._commit([spec])
+            if event.source_event_seqs is not UNSET:
+                self.replaces += 1
+            return event
 
     async def fork_seed(self, boundary: int | None, child_id: str | None) -> Session:
         """The child a fork at ``boundary`` would store (its header and seed log),

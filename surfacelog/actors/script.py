@@ -1,9 +1,11 @@
 """A deterministic scripted agent: real-shaped turns without a model or network.
 
-Per turn: ``turn/start``, a ``user/message``, then steps: ``step/start``, the model
-stream as ``assistant/chunk``s (a text block, tool-call blocks on tool steps, usage,
-finish), the ``assistant/message`` citing exactly its chunks, a ``tool/call`` per call,
-a ``tool/result`` per call citing its ``tool/call``, ``step/end``; the last step answers
+Before a turn, the workspace context (``SessionHandle.set_context``: appended, replaced
+when it changed, nothing when it did not). Per turn: ``turn/start``, a
+``user/message``, then steps: ``step/start``, the model stream as
+``assistant/chunk``s (a text block, tool-call blocks on tool steps, usage, finish), the
+``assistant/message`` citing exactly its chunks, a ``tool/call`` per call, a
+``tool/result`` per call citing its ``tool/call``, ``step/end``; the last step answers
 without tools; ``turn/end``. The content comes from a generator seeded by the config's
 seed and the session id, so one session always produces the same text.
 """
@@ -81,6 +83,15 @@ class AgentScript:
     def _sentence(self, n: int) -> str:
         words = [self._rng.choice(WORDS) for _ in range(max(1, n))]
         return " ".join(words).capitalize() + "."
+
+    def workspace(self, turn: int) -> str:
+        """The workspace context the agent shows the model before ``turn``: it changes
+        every second turn, so a run both replaces the context and finds it current."""
+        phase = turn // 2
+        rng = random.Random(f"{self.config.seed}:{self.session_id}:ws:{phase}")
+        files = sorted({rng.choice(WORDS) + ".py" for _ in range(3)})
+        return (f"<workspace>\ncwd: /work/{self.session_id}\nbranch: task-{phase}\n"
+                f"changed: {', '.join(files)}\n</workspace>")
 
     def turn_open(self, turn: int) -> list[AppendSpec]:
         """``turn/start`` and the user's message."""

@@ -258,6 +258,9 @@ class SessionActor:
     async def prune(self, session_id: str, request: PruneRequest) -> list[Event]:
         return await self._run(session_id, lambda h: h.prune(request))
 
+    async def set_context(self, session_id: str, payload: dict[str, Any]) -> Event | None:
+        return await self._run(session_id, lambda h: h.set_context(payload))
+
     async def replace(self, session_id: str,
                       request: CompactionRequest | PruneRequest) -> list[Event]:
         """The protocol's ``replace``: a compaction or a prune request."""
