@@ -55,6 +55,7 @@ from surfacelog.schema.header import SessionHeader
 from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
 from surfacelog.session.context import DEFAULT_PLUGIN, context_message
 from surfacelog.session.fork import SESSION_ALREADY_EXISTS, ForkError
+from surfacelog.session.pressure import ContextPressure
 from surfacelog.store.base import CommitFailed, SessionExists, SessionInfo, StoreError
 from surfacelog.store.shards import Shard, ShardMap
 from surfacelog.store.sqlite import sqlite_backend
@@ -552,6 +553,12 @@ class SessionHandle:
     async def prune(self, request: PruneRequest) -> list[Event]:
         events: list[Event] = await self._call("prune", request, idempotent=True)
         return events
+
+    async def pressure(self) -> ContextPressure:
+        """The session's context pressure (``session.pressure``): what a compactor
+        decides with, without reading the surface's events."""
+        pressure: ContextPressure = await self._call("pressure", idempotent=True)
+        return pressure
 
     async def set_context(self, body: str | dict[str, Any], *,
                           plugin: str = DEFAULT_PLUGIN) -> Event | None:

@@ -29,6 +29,8 @@ from surfacelog.session.compaction_policy import (
     extractive_summary,
     prune_requests,
 )
+from surfacelog.session.pressure import CONTEXT_PRESSURE, compaction_threshold, context_tokens
+from surfacelog.session.tokens import event_tokens
 
 Blocks = list[dict[str, Any]]
 AnySummariser = Callable[[Sequence[Event]], "Blocks | Awaitable[Blocks]"]
@@ -52,8 +54,10 @@ class Compactor:
 
     def __init__(self, *, compact_at: int = 8000, retain_tokens: int | None = None,
                  prune_over: int = 4000, prune_keep: int = 1000, max_retries: int = 3,
-                 summariser: AnySummariser = extractive_summary) -> None:
+                 summariser: AnySummariser = extractive_summary,
+                 pressure_ratio: float = CONTEXT_PRESSURE) -> None:
         self.compact_at = compact_at
+        self.pressure_ratio = pressure_ratio
         self.retain_tokens = compact_at // 4 if retain_tokens is None else retain_tokens
         self.prune_over = prune_over
         self.prune_keep = prune_keep
@@ -68,13 +72,23 @@ class Compactor:
         return list(out)
 
     async def compact(self, handle: SessionHandle) -> str:
-        """Compact once if the surface is over the threshold. Returns ``committed``,
-        ``failed`` (summary not smaller: recorded as a failed compaction), ``skipped``
-        or ``gave-up`` (still conflicting after ``max_retries``)."""
+        """Compact once when the session's context is under pressure, as DSH decides
+        (``session.pressure``): right after a provider reported a context overflow,
+        above ``pressure_ratio`` of the context window a ``request/context`` announced,
+        else above ``compact_at`` estimated tokens. Returns ``committed``, ``failed``
+        (summary not smaller: recorded as a failed compaction), ``skipped`` or
+        ``gave-up`` (still conflicting after ``max_retries``)."""
         for _ in range(self.max_retries):
+            pressure = await handle.pressure()
+            threshold = compaction_threshold(pressure, self.compact_at, self.pressure_ratio)
+            if context_tokens(pressure) <= threshold:
+                return "skipped"
             snapshot, events = await handle.surface_events()
-            choice = choose_range(snapshot.nodes, events, compact_at=self.compact_at,
-                                  retain_tokens=self.retain_tokens)
+            # The tail kept is budgeted against the threshold in force, so a compaction
+            # after an overflow (threshold 0) still keeps the recent turns it can.
+            budget = min(self.retain_tokens, max(threshold, self.compact_at) // 4)
+            choice = choose_range(snapshot.nodes, events, compact_at=min(
+                threshold, sum(event_tokens(e) for e in events) - 1), retain_tokens=budget)
             if choice is None:
                 return "skipped"
             shadowed = events[: len(choice.shadowed)]

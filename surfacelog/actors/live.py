@@ -48,6 +48,7 @@ from surfacelog.session.compaction import (
 from surfacelog.session.context import context_spec
 from surfacelog.session.fork import SESSION_ALREADY_EXISTS, ForkError
 from surfacelog.session.jsonvalue import json_equal
+from surfacelog.session.pressure import ContextPressure, PressureTracker
 from surfacelog.store.base import BadEvent, EventStore, SessionNotFound, WriterFenced
 
 
@@ -91,6 +92,7 @@ class LiveSession:
         self.appends = 0
         self.replaces = 0
         self.conflicts = 0
+        self._pressure = PressureTracker()
 
     @classmethod
     async def activate(cls, session_id: str, store: EventStore, *,
@@ -296,6 +298,16 @@ class LiveSession:
         self._touch()
         snap = self.session.snapshot()
         return snap, [self.session.event(s) for s in snap.nodes]
+
+    async def pressure(self) -> ContextPressure:
+        """The session's context pressure (``session.pressure``), read incrementally.
+        Taken under the lock: a batch whose commit is in flight may still be rolled
+        back, and must not be observed before it is kept."""
+        async with self.lock:
+            self._touch()
+            tracker = self._pressure
+            tracker.observe(self.session.events(tracker.seen))
+            return tracker.pressure(self.session.event(s) for s in self.session.surface.nodes)
 
     def derive_messages(self, as_of: int | None = None) -> list[dict[str, Any]]:
         self._touch()

@@ -42,6 +42,7 @@ from surfacelog.actors.protocol import (
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
+from surfacelog.session.pressure import ContextPressure
 from surfacelog.store.base import EventStore, SessionInfo, WriterFenced
 from surfacelog.store.rows import encode_batch
 from surfacelog.store.sqlite import sqlite_backend
@@ -257,6 +258,9 @@ class SessionActor:
 
     async def prune(self, session_id: str, request: PruneRequest) -> list[Event]:
         return await self._run(session_id, lambda h: h.prune(request))
+
+    async def pressure(self, session_id: str) -> ContextPressure:
+        return await self._run(session_id, lambda h: h.pressure())
 
     async def set_context(self, session_id: str, payload: dict[str, Any]) -> Event | None:
         return await self._run(session_id, lambda h: h.set_context(payload))
