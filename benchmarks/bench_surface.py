@@ -11,6 +11,10 @@ numbers are ratios, because the machines this runs on are small and noisy:
     log sizes 1k, 10k, 100k, 1M, beside a naive full rebuild per append (append to a
     plain list, ``fold_surface`` the whole log, project every node from scratch). The
     flatness ratio cost(N) / cost(1k) of the incremental path should stay <= 1.5.
+(c) time travel: ``derive_messages(as_of=k)`` at random k of a 100k-event log, resumed
+    from the session's surface checkpoints, beside a fresh fold of the prefix and its
+    derive (what every call cost before the checkpoints); also the one-off cost of the
+    first call, which builds the checkpoints.
 
 The log is DSH-shaped and produced by driving a ``Session`` (so it is valid): turns and
 steps, 10-20 ``assistant/chunk`` per ``assistant/message`` citing its chunks,
@@ -628,6 +632,36 @@ def bench_append(log: Sequence[Event], sizes: Sequence[int], ops: int, repeats: 
     return rows
 
 
+@dataclass
+class TimeTravelRow:
+    events: int
+    calls: int
+    first_call_ms: float
+    checkpoint_us: float
+    fresh_us: float
+
+
+def bench_time_travel(log: Sequence[Event], calls: int, seed: int) -> TimeTravelRow:
+    """Per-call cost of ``derive_messages(as_of=k)`` at ``calls`` random k, with the
+    checkpoints and by a fresh fold of the prefix (the baseline), on the same session
+    and the same k; the results must agree."""
+    session = replay(log)
+    rng = random.Random(seed)
+    points = [rng.randrange(len(log)) for _ in range(calls)]
+    t0 = time.perf_counter()
+    session.derive_messages(as_of=len(log) - 1)  # builds every checkpoint
+    first_ms = (time.perf_counter() - t0) * 1000
+    t0 = time.perf_counter()
+    with_checkpoints = [session.derive_messages(as_of=k).to_list() for k in points]
+    checkpoint_us = (time.perf_counter() - t0) / calls * 1e6
+    t0 = time.perf_counter()
+    fresh = [derive_from_nodes(fold_surface(log[: k + 1]).nodes, log) for k in points]
+    fresh_us = (time.perf_counter() - t0) / calls * 1e6
+    if with_checkpoints != fresh:
+        raise AssertionError("time travel from checkpoints differs from a fresh fold")
+    return TimeTravelRow(len(log), calls, first_ms, checkpoint_us, fresh_us)
+
+
 # -- reporting ---------------------------------------------------------------------------
 
 
@@ -735,6 +769,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                progress=lambda line: print(line, flush=True))
     print(append_table(append_rows), flush=True)
 
+    print("\n(c) time travel: derive_messages(as_of=k) at random k", flush=True)
+    tt_size = min(total, 10_000 if args.quick else 100_000)
+    tt = bench_time_travel(log[:tt_size], 20 if args.quick else 50, args.seed)
+
     print("\n## Surface (bench_surface.py)\n")
     print(fold_table(fold_rows))
     print()
@@ -746,6 +784,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     verdict = "OK" if flat <= 1.5 else "FAIL"
     print(f"\nflatness cost({_n(last.size)}) / cost({_n(first.size)}) = {flat:.2f} "
           f"(target <= 1.5): {verdict}; best rounds {flat_best:.2f}, p50 {flat_p50:.2f}")
+    print(f"\ntime travel over {_n(tt.events)} events ({tt.calls} calls): "
+          f"{tt.checkpoint_us:,.0f} µs/call from checkpoints vs {tt.fresh_us:,.0f} µs/call "
+          f"by a fresh fold = {tt.checkpoint_us / tt.fresh_us:.3f}x; the first call, "
+          f"which builds the checkpoints, {tt.first_call_ms:,.0f} ms")
     return 0
 
 

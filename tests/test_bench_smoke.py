@@ -80,3 +80,12 @@ def test_main_runs_at_tiny_sizes(bench: ModuleType,
     out = capsys.readouterr().out
     assert "## Surface (bench_surface.py)" in out
     assert "flatness cost(600) / cost(300)" in out
+    assert "time travel over 600 events (50 calls)" in out
+
+
+def test_time_travel_bench_checks_its_answers(bench: ModuleType) -> None:
+    gen = bench.LogGenerator(seed=4, compact_tokens=2_000)
+    gen.generate(3_000)
+    row = bench.bench_time_travel(list(gen.session.log), 10, seed=1)
+    assert row.events == 3_000 and row.calls == 10
+    assert row.checkpoint_us > 0 and row.fresh_us > 0 and row.first_call_ms > 0

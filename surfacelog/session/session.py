@@ -25,6 +25,7 @@ from surfacelog.session import shapes
 from surfacelog.session.derive import MessageCache, MessagesView, derive_from_nodes
 from surfacelog.session.gcpause import gc_paused
 from surfacelog.session.surface import Replacement, SurfaceManager
+from surfacelog.session.timetravel import SurfaceHistory
 from surfacelog.session.turns import last_turn_boundary, turn_opened_by
 from surfacelog.session.views import ListView
 
@@ -136,6 +137,7 @@ class Session:
         # rollback ever removes events, and it drops this when it removes scanned ones,
         # so ``open_turn`` reads just the events appended since it last looked.
         self._turn_scan: tuple[int, int | None] = (0, None)
+        self._history = SurfaceHistory()
         self.first_live_seq: int | None = None
         if seed is None:
             return
@@ -196,12 +198,14 @@ class Session:
         return MessagesView(messages, len(messages))
 
     def surface_at(self, as_of: int) -> SurfaceSnapshot:
-        """The surface of the prefix ``log[0..as_of]`` (time travel), by a fresh fold."""
+        """The surface of the prefix ``log[0..as_of]`` (time travel): resumed from the
+        nearest checkpoint (``timetravel.SurfaceHistory``), so a call folds at most
+        ``CHECKPOINT_EVERY`` events. Raises ``IndexError`` when ``as_of`` is not a seq
+        of this log."""
         if type(as_of) is not int or not 0 <= as_of < len(self._log):
             raise IndexError(f"seq {as_of!r} is not in this log of {len(self._log)} events")
-        manager = SurfaceManager()
-        manager.sync(self._log[: as_of + 1])
-        return SurfaceSnapshot(tuple(manager.nodes), manager.replace_generation, as_of + 1)
+        nodes, generation = self._history.surface_at(self._log, as_of + 1)
+        return SurfaceSnapshot(nodes, generation, as_of + 1)
 
     def open_turn(self) -> int | None:
         """The number of the turn the log is inside (its last ``turn/start`` has no
@@ -325,6 +329,7 @@ class Session:
             self._manager.rollback()
             if self._turn_scan[0] > start:
                 self._turn_scan = (0, None)
+            self._history.truncate(start)
             # The cache may have seen rolled-back nodes; rebuilding once is cheap.
             self._cache = MessageCache()
             raise

@@ -90,6 +90,17 @@ class SurfaceManager:
         self._planned_event: Event | None = None
         self._undo: list[_Undo] | None = None
 
+    @classmethod
+    def resume(cls, nodes: Sequence[int], generation: int, synced: int) -> SurfaceManager:
+        """A manager that has folded a log's first ``synced`` events into ``nodes`` and
+        ``generation`` (a checkpoint of a manager that did), ready to fold the rest.
+        Its ``replacements`` start empty: only those folded from here are listed."""
+        manager = cls()
+        manager._nodes = list(nodes)
+        manager._generation = generation
+        manager._synced = synced
+        return manager
+
     @property
     def nodes(self) -> ListView[int]:
         """The node seqs in surface order (a live read-only view)."""
