@@ -146,3 +146,42 @@ async def test_the_compactor_follows_the_window_and_the_overflow(tmp_path: Path)
         assert (await handle.pressure()).overflow_seq is None
     finally:
         client.shutdown()
+
+
+def test_summarisers_load_by_import_path() -> None:
+    from surfacelog.actors.compactor import SummariserError, load_summariser
+    from surfacelog.session.compaction_policy import extractive_summary
+
+    assert load_summariser("extractive") is extractive_summary
+    assert load_summariser("surfacelog.session.compaction_policy:extractive_summary") \
+        is extractive_summary
+    assert load_summariser("summarisers.by_model").__name__ == "by_model"
+    for bad, why in [("no_such_module_x:f", "cannot import"),
+                     ("summarisers:missing", "no callable"),
+                     ("summarisers:NOT_CALLABLE", "no callable"),
+                     ("justaname", "expected module:function")]:
+        with pytest.raises(SummariserError, match=why):
+            load_summariser(bad)
+
+
+@pytest.mark.usefixtures("ray_local")
+async def test_an_async_summariser_loaded_by_path_writes_the_summary(
+        tmp_path: Path) -> None:
+    from surfacelog.actors.compactor import load_summariser
+
+    client = connect(config=HostingConfig.single(str(tmp_path / "sum.db")))
+    try:
+        handle = client.session("sum")
+        s = Session()
+        for k in range(1, 5):
+            turn(s, k, window=200)
+        await handle.append_batch([AppendSpec(e.type, e.data, e.surface_op,
+                                              e.source_event_seqs) for e in s.log], 0)
+        compactor = Compactor(compact_at=100_000, retain_tokens=20,
+                              summariser=load_summariser("summarisers:by_model"))
+        assert await compactor.compact(handle) == "committed"
+        texts = [b.get("text", "") for m in await handle.derive_messages()
+                 for b in m["content"]]
+        assert any(t.startswith("model summary of ") for t in texts), texts
+    finally:
+        client.shutdown()

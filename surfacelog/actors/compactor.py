@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -22,6 +23,7 @@ import ray
 from surfacelog.actors.client import Client, SessionHandle, connect
 from surfacelog.actors.config import HostingConfig
 from surfacelog.actors.protocol import Conflict, failure_line
+from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.events import Event
 from surfacelog.session.compaction_policy import (
     choose_range,
@@ -34,6 +36,36 @@ from surfacelog.session.tokens import event_tokens
 
 Blocks = list[dict[str, Any]]
 AnySummariser = Callable[[Sequence[Event]], "Blocks | Awaitable[Blocks]"]
+
+
+class SummariserError(ValueError, SurfacelogError):
+    """A summariser named by import path that cannot be loaded: names the path and why."""
+
+
+def load_summariser(path: str) -> AnySummariser:
+    """The summariser named ``module:attribute`` (``module.attribute`` works too): a
+    callable taking the shadowed events and returning the summary's blocks, sync or
+    async (e.g. one that calls a model). ``extractive`` names the built-in default.
+    Raises ``SummariserError`` when the module or attribute is missing or not
+    callable."""
+    if path in ("extractive", ""):
+        return extractive_summary
+    module_name, sep, attribute = path.partition(":")
+    if not sep:
+        module_name, _, attribute = path.rpartition(".")
+    if not module_name or not attribute:
+        raise SummariserError(f"summariser {path!r}: expected module:function")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SummariserError(f"summariser {path!r}: cannot import {module_name!r} "
+                              f"({exc})") from None
+    found = getattr(module, attribute, None)
+    if not callable(found):
+        raise SummariserError(f"summariser {path!r}: {module_name} has no callable "
+                              f"{attribute!r}")
+    summariser: AnySummariser = found
+    return summariser
 
 
 class CompactorStats(msgspec.Struct):
