@@ -482,7 +482,7 @@ async def test_through_a_ray_session_handle(tmp_path: Path) -> None:
         await ours.clear_session()
         assert await other.get_items() == []
         events = await client.session("ray-conv").events()
-        assert [e.type for e in events].count("tool/call") == 4
+        assert [e.type for e in events].count("tool/call") == 2
         ref.close()
         await ours.close()
     finally:
