@@ -10,10 +10,12 @@ run must leave the same items in both.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -243,6 +245,59 @@ async def test_pop_and_clear_keep_the_log_append_only(tmp_path: Path) -> None:
     # Time travel still shows the popped and cleared items.
     before = log.derive_messages(as_of=clear.seq - 1).to_list()
     assert [i for m in before for i in items_of(m)] == [*first[:2], EXAMPLES[1]]
+
+
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("add"), st.lists(st.sampled_from(EXAMPLES[:19]), max_size=3)),
+    st.tuples(st.just("pop"), st.none()),
+    st.tuples(st.just("clear"), st.none()),
+    st.tuples(st.just("get"), st.none() | st.integers(-1, 6))), max_size=12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(OPS)
+def test_any_sequence_of_calls_behaves_like_sqlite_session(ops: list[Any]) -> None:
+    """Against the SDK's ``SQLiteSession`` as the reference: the same answers to every
+    call, while the log only grows (every event ever logged stays, in place)."""
+    from agents import SQLiteSession
+
+    async def run(root: Path) -> None:
+        ref = SQLiteSession("x")
+        store = await SqliteEventStore.open(root / "h.db")
+        ours = SurfacelogSession("x", store=store, durable=False)
+        assert await ours.get_items() == []  # opens (creates) the session
+        before: list[Any] = []
+        for op, arg in ops:
+            if op == "add":
+                await ours.add_items(arg)
+                await ref.add_items(arg)
+            elif op == "pop":
+                assert await ours.pop_item() == await ref.pop_item()
+            elif op == "clear":
+                await ours.clear_session()
+                await ref.clear_session()
+            else:
+                assert await ours.get_items(arg) == await ref.get_items(arg)
+            await ours.flush()
+            log = list((await store.load("x")).log)
+            assert log[: len(before)] == before
+            before = log
+        assert await ours.get_items() == await ref.get_items()
+        await ours.close()
+        await store.close()
+        ref.close()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        asyncio.run(run(Path(tmp)))
+
+
+def test_it_is_a_compaction_aware_sdk_session(tmp_path: Path) -> None:
+    from agents.memory import Session as SdkSession
+    from agents.memory.session import is_openai_responses_compaction_aware_session
+
+    s = SurfacelogSession("k", tmp_path / "k.db")
+    assert isinstance(s, SdkSession)
+    assert is_openai_responses_compaction_aware_session(s)
 
 
 async def test_a_tool_result_cites_its_tool_call(tmp_path: Path) -> None:
