@@ -48,6 +48,7 @@ from surfacelog.session import (
     extractive_summary,
     project,
 )
+from surfacelog.session.gcpause import gc_paused
 from surfacelog.store.base import EventStore
 
 from .backends import Backend, EmbeddedBackend, HandleBackend, View
@@ -167,7 +168,8 @@ class SurfacelogSession:
                     buffer += b","
                 buffer += chunk
         self._buffered = len(nodes)
-        items: list[Item] = decode_json(bytes(buffer) + b"]")
+        with gc_paused():  # thousands of fresh acyclic dicts: see gcpause
+            items: list[Item] = decode_json(bytes(buffer) + b"]")
         return items
 
     def _last_items(self, view: View, limit: int) -> list[Item]:
@@ -182,7 +184,8 @@ class SurfacelogSession:
                 if have >= limit:
                     break
         chunks.reverse()
-        items: list[Item] = decode_json(b"[" + b",".join(chunks) + b"]")
+        with gc_paused():
+            items: list[Item] = decode_json(b"[" + b",".join(chunks) + b"]")
         return items[len(items) - limit:] if len(items) > limit else items
 
     def _limit(self, limit: int | None) -> int | None:
