@@ -10,6 +10,8 @@ the same process, against files in one temporary directory, on:
 - ``surfacelog-buffered``: the same with ``durable=False`` (adds return once queued; the
   group writer commits them in the background, ``close()`` is the barrier).
 
+The three run interleaved, item by item, so that a busy machine slows them alike.
+
 Printed: the mean time of one add, and of a full read at ``--items`` items (the median
 of ``--reads`` reads), for each, and each as a ratio of the SDK's (targets: add <= 0.5x,
 read <= 0.2x). ``--json`` prints them as JSON.
@@ -57,7 +59,7 @@ def openai_items(n: int) -> list[dict[str, Any]]:
 
 
 class Figures:
-    """One session's timings: mean add (s) and the reads at the final size (s)."""
+    """One session's timings: mean add (s) and the median full read at the end (s)."""
 
     def __init__(self, add_s: float, read_s: float, reads_checked: int) -> None:
         self.add_s = add_s
@@ -65,28 +67,45 @@ class Figures:
         self.reads_checked = reads_checked
 
 
+class _Subject:
+    """One session under test: its add and read, and the time they took."""
+
+    def __init__(self, add: Callable[[list[dict[str, Any]]], Awaitable[None]],
+                 get: Callable[[], Awaitable[list[dict[str, Any]]]]) -> None:
+        self.add, self.get = add, get
+        self.add_total = 0.0
+        self.checked = 0
+        self.final: list[float] = []
+
+
 async def _run(items: list[dict[str, Any]], every: int, reads: int,
-               add: Callable[[list[dict[str, Any]]], Awaitable[None]],
-               get: Callable[[], Awaitable[list[dict[str, Any]]]]) -> Figures:
-    add_total = 0.0
-    checked = 0
+               subjects: dict[str, _Subject]) -> dict[str, Figures]:
+    """The workload on every subject, interleaved item by item (each item is added to
+    each session in turn, each read done on each in turn), so that the load of the
+    machine at any moment weighs on all of them alike."""
+    order = list(subjects.values())
     for k, item in enumerate(items, 1):
-        t0 = time.perf_counter()
-        await add([item])
-        add_total += time.perf_counter() - t0
+        for subject in order:
+            t0 = time.perf_counter()
+            await subject.add([item])
+            subject.add_total += time.perf_counter() - t0
         if k % every == 0:
-            got = await get()
-            if len(got) != k or got[-1] != item:
-                raise AssertionError(f"read at {k} items returned {len(got)} items")
-            checked += 1
-    final: list[float] = []
+            for subject in order:
+                got = await subject.get()
+                if len(got) != k or got[-1] != item:
+                    raise AssertionError(f"read at {k} items returned {len(got)} items")
+                subject.checked += 1
+        order.reverse()  # no session always goes first
     for _ in range(reads):
-        t0 = time.perf_counter()
-        got = await get()
-        final.append(time.perf_counter() - t0)
-        if got != items:
-            raise AssertionError("the final read differs from the items added")
-    return Figures(add_total / len(items), statistics.median(final), checked)
+        for subject in order:
+            t0 = time.perf_counter()
+            got = await subject.get()
+            subject.final.append(time.perf_counter() - t0)
+            if got != items:
+                raise AssertionError("the final read differs from the items added")
+        order.reverse()
+    return {name: Figures(s.add_total / len(items), statistics.median(s.final), s.checked)
+            for name, s in subjects.items()}
 
 
 async def bench_openai(n: int, every: int, reads: int, root: Path) -> dict[str, Figures]:
@@ -94,19 +113,18 @@ async def bench_openai(n: int, every: int, reads: int, root: Path) -> dict[str, 
     from agents import SQLiteSession  # the SDK is needed only by this benchmark
 
     items = openai_items(n)
-    out: dict[str, Figures] = {}
     sdk = SQLiteSession("bench", root / "sdk.db")
+    durable = SurfacelogSession("bench", root / "surfacelog.db")
+    buffered = SurfacelogSession("bench", root / "buffered.db", durable=False)
     try:
-        out["sdk"] = await _run(items, every, reads, sdk.add_items, sdk.get_items)
+        return await _run(items, every, reads, {
+            "sdk": _Subject(sdk.add_items, sdk.get_items),
+            "surfacelog": _Subject(durable.add_items, durable.get_items),
+            "surfacelog-buffered": _Subject(buffered.add_items, buffered.get_items)})
     finally:
         sdk.close()
-    for name, durable in (("surfacelog", True), ("surfacelog-buffered", False)):
-        ours = SurfacelogSession("bench", root / f"{name}.db", durable=durable)
-        try:
-            out[name] = await _run(items, every, reads, ours.add_items, ours.get_items)
-        finally:
-            await ours.close()
-    return out
+        await durable.close()
+        await buffered.close()
 
 
 def report(figures: dict[str, Figures], n: int) -> dict[str, Any]:
