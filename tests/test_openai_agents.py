@@ -160,6 +160,45 @@ def test_any_json_item_round_trips_exactly(item: dict[str, Any]) -> None:
     _round_trip(item)
 
 
+WELL_FORMED = st.one_of(
+    st.builds(lambda role, content, extra: {**extra, "role": role, "content": content},
+              st.sampled_from(["user", "assistant", "system", "developer"]),
+              st.text(max_size=10) | st.lists(PART, max_size=3), EXTRA),
+    st.builds(lambda cid, name, args, extra: {**extra, "type": "function_call",
+                                              "call_id": cid, "name": name,
+                                              "arguments": args},
+              st.text(min_size=1, max_size=6), st.text(max_size=6), st.text(max_size=10),
+              EXTRA),
+    st.builds(lambda cid, out, extra: {**extra, "type": "function_call_output",
+                                       "call_id": cid, "output": out},
+              st.text(min_size=1, max_size=6),
+              st.text(max_size=10) | st.lists(PART, max_size=3), EXTRA),
+    st.builds(lambda summary, content, extra: {
+        **extra, "type": "reasoning", "summary": summary,
+        **({} if content is None else {"content": content})},
+        st.lists(st.builds(lambda t: {"type": "summary_text", "text": t}, st.text(max_size=5))
+                 | PART, max_size=3),
+        st.none() | st.lists(PART, max_size=2), EXTRA),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(WELL_FORMED)
+def test_the_specific_rules_are_exact_without_the_opaque_fallback(item: dict[str, Any]
+                                                                  ) -> None:
+    """``map_item`` falls back to an opaque block when a rule is not exact; that net
+    must not hide a broken rule: each rule alone round-trips its well-formed items."""
+    from surfacelog.integrations.openai_agents import mapping
+
+    kind = item.get("type", "message")
+    mapped = mapping._MAPPERS[kind](item, "m")
+    assert mapped is not None
+    assert items_of(decode_json(encode_json(mapped.message))) == [item]
+    content = map_item(item, "m").message["content"]
+    assert content == mapped.message["content"]  # the rule's blocks, not the fallback's
+    assert all(b["type"] != OPAQUE_ITEM for b in content)
+
+
 def test_items_become_dsh_blocks_where_dsh_has_them() -> None:
     """The mapping is not all opaque: text, tool calls, results and reasoning are DSH
     blocks other DSH readers (token estimate, compaction's safe cuts) understand."""
