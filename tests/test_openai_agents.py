@@ -372,6 +372,8 @@ async def test_pop_refuses_a_node_of_several_items(tmp_path: Path) -> None:
         await s.pop_item()
     assert err.value.seq == event.seq and err.value.event_type == "assistant/message"
     await s.close()
+    assert len(await s.get_items()) == 3  # used after close: opens the session again
+    await s.close()
     await store.close()
 
 

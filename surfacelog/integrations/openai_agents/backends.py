@@ -189,12 +189,13 @@ class EmbeddedBackend(Backend):
             await self._store.flush_session(self.session_id)
 
     async def close(self) -> None:
-        """Flush; close the store when this backend opened it. The session must be
-        opened again (a new adapter) to be used after this."""
-        store, self._store, self._session = self._store, None, None
+        """Flush, and close the store when this backend opened it. Using the backend
+        again afterwards opens the session again (and the store, when it owns one)."""
+        store, self._session = self._store, None
         if store is None:
             return
         if self._owns_store:
+            self._store = None
             await store.close()
         else:
             await store.flush_session(self.session_id)

@@ -343,8 +343,8 @@ class SurfacelogSession:
             await self.backend.flush()
 
     async def close(self) -> None:
-        """Flush, and close the store this session opened (``db_path``). Reopen with a
-        new ``SurfacelogSession``."""
+        """Flush, and close the store this session opened (``db_path``). A later call
+        opens the session again (taking it for writing anew)."""
         async with self._lock:
             self._forget()
             await self.backend.close()
