@@ -20,7 +20,7 @@ import surfacelog
 
 PACKAGE = Path(surfacelog.__file__).parent
 LAYERS = ("surfacelog.schema", "surfacelog.session", "surfacelog.store",
-          "surfacelog.actors", "surfacelog", "surfacelog.cli")
+          "surfacelog.actors", "surfacelog", "surfacelog.cli", "surfacelog.integrations")
 
 
 def _modules() -> dict[str, Path]:
@@ -116,6 +116,20 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         if module not in state and (found := visit(module)):
             return found
     return None
+
+
+def test_nothing_outside_the_integrations_imports_them() -> None:
+    """Adapters (``surfacelog.integrations``) are the top floor: they may import any
+    layer, and no other module imports them (nor their frameworks)."""
+    assert [m for m, deps in GRAPH.items() if not m.startswith("surfacelog.integrations")
+            and any(d.startswith("surfacelog.integrations") for d in deps)] == []
+
+
+def test_import_surfacelog_needs_no_agent_framework() -> None:
+    """``import surfacelog`` and its adapters import no agent SDK (it is optional)."""
+    probe = ("import sys, surfacelog, surfacelog.integrations.openai_agents; "
+             "sys.exit('agents' in sys.modules or 'openai' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", probe]).returncode == 0
 
 
 def test_no_module_imports_itself_back() -> None:

@@ -1,0 +1,367 @@
+"""``SurfacelogSession``: the OpenAI Agents SDK ``Session`` protocol over a surfacelog log.
+
+The SDK keeps a conversation as a list of Responses items; here each item is one event
+of an append-only log and the list the SDK reads is the log's *surface* (SPEC 7):
+
+- ``add_items`` appends one surface event per item (``mapping``); a
+  ``function_call_output`` is preceded by a log-only ``tool/call`` that its
+  ``tool/result`` cites (``sourceEventSeqs``), so the log says which call it answers.
+- ``get_items(limit)`` reads the surface, not the log: after a compaction the SDK sees
+  the checkpoint in place of the items it replaced, after ``pop_item`` the popped item
+  is gone. The items of each node are cached as JSON, so a read decodes one document.
+- ``pop_item`` cannot delete: it appends an *eraser*, an ``assistant/message`` with
+  empty content (which projects nothing, SPEC 7), that replaces the last node holding an
+  item (and any erasers after it) and cites what it hides. The popped item stays in the
+  log, off the surface; ``surfacelog inspect`` and ``derive_messages(as_of=...)`` still
+  show it.
+- ``clear_session`` appends one eraser replacing the whole surface: the SDK sees an empty
+  session, the log keeps every earlier event (nothing is appended when the surface holds
+  no item already).
+- ``run_compaction`` (the SDK's compaction-aware session protocol; the ``Runner`` calls
+  it after a turn) compacts with the core's rules: the surface's prefix up to a safe cut
+  (never between a function call and its output) is replaced by a checkpoint
+  ``user/message`` citing every item it hides, once the surface's token estimate exceeds
+  ``compact_at`` (``force`` compacts whatever is above ``retain_tokens``). The SDK then
+  reads the checkpoint as a user message of ``input_text`` parts.
+
+The adapter writes no ``turn/start``/``turn/end``: the SDK's protocol has no turns, so
+its events carry ``turn 0, step 0``, and reopening a session never adds crash-repair
+results the SDK did not write. Operations of one adapter run one at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from surfacelog.schema.codec import decode_json, encode_json
+from surfacelog.schema.errors import LogError
+from surfacelog.schema.events import Event, ReplaceOp
+from surfacelog.session import (
+    AppendSpec,
+    CompactionRequest,
+    SurfaceSnapshot,
+    choose_range,
+    compaction_request,
+    extractive_summary,
+    project,
+)
+from surfacelog.session.gcpause import gc_paused
+from surfacelog.store.base import EventStore
+
+from .backends import Backend, EmbeddedBackend, HandleBackend, View
+from .mapping import PROVIDER, RESIDUAL, Item, Mapped, items_of, map_item, new_message_id
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from surfacelog.actors.client import SessionHandle
+
+ERASER_MODEL: Final = "openai-agents/eraser"
+"""The model name on the source of the empty ``assistant/message`` pop and clear append."""
+
+
+class PopRefused(LogError):
+    """``pop_item`` cannot remove the last item: its node holds several items (a message
+    the adapter did not write, e.g. a DSH assistant message with text and tool calls).
+    Nothing was appended. ``rule`` is ``"openai-pop"``; ``event_type`` and ``seq`` name
+    the node."""
+
+
+def _eraser(at_seq: int, hidden: Sequence[int], how: str) -> AppendSpec:
+    """An empty assistant message replacing ``hidden`` (a run of nodes) and citing it."""
+    message = {"id": new_message_id(), "role": "assistant",
+               "source": {"kind": "model", "provider": PROVIDER, "model": ERASER_MODEL,
+                          RESIDUAL: {"erased": how}},
+               "content": []}
+    return AppendSpec("assistant/message", {"turn": 0, "step": 0, "message": message},
+                      surface_op=ReplaceOp(start=hidden[0], end=hidden[-1]),
+                      source_event_seqs=tuple(hidden))
+
+
+class SurfacelogSession:
+    """An OpenAI Agents SDK session (``agents.memory.Session`` protocol, compaction-aware)
+    whose history is a surfacelog log. Drop-in for ``SQLiteSession``::
+
+        session = SQLiteSession("conv-1", "conversations.db")       # before
+        session = SurfacelogSession("conv-1", "conversations.db")   # after
+
+    Where the log lives (exactly one):
+
+    - ``db_path``: an embedded surfacelog SQLite file, opened on first use by this
+      session (no Ray); ``store_options`` go to ``SqliteEventStore.open``;
+    - ``store``: an open ``EventStore`` shared by several sessions (the caller closes it);
+    - ``handle``: a Ray ``SessionHandle`` (``surfacelog.connect(...).session(id)``).
+
+    The embedded forms take the session for writing (writer epoch): one adapter per
+    session at a time; use the Ray form to share a session between processes. Use one
+    adapter from one event loop; ``await close()`` at the end (flushes, and closes the
+    store it opened).
+
+    ``durable`` (embedded): ``add_items``/``pop_item``/``clear_session`` return once the
+    write is committed (the SDK's ``SQLiteSession`` guarantee); ``False`` returns once
+    queued, ``flush()``/``close()`` being the barrier. ``model`` names the model source
+    of assistant-side events (the SDK's items do not carry it). ``compact_at``,
+    ``retain_tokens`` and ``summarize`` drive ``run_compaction``.
+
+    See the module docstring for what pop, clear and compaction do to the log.
+    """
+
+    def __init__(self, session_id: str, db_path: str | Path | None = None, *,
+                 store: EventStore | None = None, handle: SessionHandle | None = None,
+                 session_settings: Any = None, model: str = "agents-sdk",
+                 durable: bool = True, store_options: dict[str, Any] | None = None,
+                 compact_at: int = 8000, retain_tokens: int = 2000,
+                 summarize: Callable[[Sequence[Event]], list[dict[str, Any]]] | None = None
+                 ) -> None:
+        if sum(x is not None for x in (db_path, store, handle)) != 1:
+            raise ValueError("give exactly one of db_path, store and handle")
+        if not model:
+            raise ValueError("model must be a non-empty string")
+        self.session_id = session_id
+        self.session_settings = session_settings
+        self.model = model
+        self.compact_at = compact_at
+        self.retain_tokens = retain_tokens
+        self.summarize = summarize or extractive_summary
+        backend: Backend
+        if handle is not None:
+            if handle.session_id != session_id:
+                raise ValueError(f"handle is for session {handle.session_id!r}, "
+                                 f"not {session_id!r}")
+            backend = HandleBackend(handle)
+        else:
+            backend = EmbeddedBackend(session_id, path=db_path, store=store,
+                                      durable=durable, store_options=store_options)
+        self.backend = backend
+        self._lock = asyncio.Lock()
+        self._memo: dict[int, tuple[int, bytes]] = {}
+        self._buffer = bytearray(b"[")
+        self._buffered = 0  # nodes whose items are in _buffer
+        self._buffer_generation = -1
+
+    # -- reading -----------------------------------------------------------------------
+
+    def _node(self, view: View, seq: int) -> tuple[int, bytes]:
+        """(number of items, their JSON without brackets) of the node at ``seq``."""
+        got = self._memo.get(seq)
+        if got is None:
+            message = project(view.event(seq))
+            items = [] if message is None else items_of(message)
+            got = (len(items), encode_json(items)[1:-1])
+            self._memo[seq] = got
+        return got
+
+    def _all_items(self, view: View) -> list[Item]:
+        nodes = view.nodes
+        if view.generation != self._buffer_generation or len(nodes) < self._buffered:
+            self._buffer = bytearray(b"[")
+            self._buffered = 0
+            self._buffer_generation = view.generation
+        buffer = self._buffer
+        for k in range(self._buffered, len(nodes)):
+            count, chunk = self._node(view, nodes[k])
+            if count:
+                if len(buffer) > 1:
+                    buffer += b","
+                buffer += chunk
+        self._buffered = len(nodes)
+        with gc_paused():  # thousands of fresh acyclic dicts: see gcpause
+            items: list[Item] = decode_json(bytes(buffer) + b"]")
+        return items
+
+    def _last_items(self, view: View, limit: int) -> list[Item]:
+        nodes = view.nodes
+        chunks: list[bytes] = []
+        have = 0
+        for k in range(len(nodes) - 1, -1, -1):
+            count, chunk = self._node(view, nodes[k])
+            if count:
+                chunks.append(chunk)
+                have += count
+                if have >= limit:
+                    break
+        chunks.reverse()
+        with gc_paused():
+            items: list[Item] = decode_json(b"[" + b",".join(chunks) + b"]")
+        return items[len(items) - limit:] if len(items) > limit else items
+
+    def _limit(self, limit: int | None) -> int | None:
+        if limit is not None:
+            return limit
+        settings = self.session_settings
+        if isinstance(settings, dict):
+            value = settings.get("limit")
+        else:
+            value = getattr(settings, "limit", None)
+        return value if isinstance(value, int) else None
+
+    async def get_items(self, limit: int | None = None) -> list[Item]:
+        """The items the model sees: the surface's, in order; with ``limit`` (or the
+        session settings' ``limit``) the latest ``limit`` of them (``0``: none; a
+        negative limit: all, like ``SQLiteSession``). Fresh objects on every call."""
+        limit = self._limit(limit)
+        async with self._lock:
+            view = await self.backend.view()
+            if limit is None or limit < 0:
+                return self._all_items(view)
+            if limit == 0:
+                return []
+            return self._last_items(view, limit)
+
+    # -- writing -----------------------------------------------------------------------
+
+    async def _write(self, plan: Callable[[View], Sequence[AppendSpec]]) -> list[Event]:
+        try:
+            return await self.backend.write(plan)
+        except BaseException:
+            self._forget()
+            raise
+
+    def _forget(self) -> None:
+        """Drop the read caches (a failed write may have been seen half-way)."""
+        self._memo.clear()
+        self._buffer = bytearray(b"[")
+        self._buffered = 0
+        self._buffer_generation = -1
+
+    async def add_items(self, items: list[Item]) -> None:
+        """Append ``items`` in order, all or nothing. Raises ``UnmappableItem`` (before
+        anything is written) for an item that is not a JSON object surviving a JSON
+        round trip, ``SurfaceError`` and the store's (or the actors') errors."""
+        mapped = [map_item(item, self.model, k) for k, item in enumerate(items)]
+        if not mapped:
+            return
+
+        def plan(view: View) -> list[AppendSpec]:
+            return self._add_specs(view, mapped)
+
+        async with self._lock:
+            await self._write(plan)
+
+    def _add_specs(self, view: View, mapped: list[Mapped]) -> list[AppendSpec]:
+        specs: list[AppendSpec] = []
+        calls: dict[str, tuple[str, str]] = {}
+        at = view.length
+        for m in mapped:
+            message = m.message
+            if m.event_type == "tool/result":
+                call_id = message["source"]["callId"]
+                name, arguments = calls.get(call_id) or _find_call(view, call_id)
+                specs.append(AppendSpec("tool/call", {"turn": 0, "step": 0, "callId": call_id,
+                                                      "name": name, "arguments": arguments}))
+                specs.append(AppendSpec("tool/result",
+                                        {"turn": 0, "step": 0, "message": message},
+                                        surface_op="append",
+                                        source_event_seqs=(at + len(specs) - 1,)))
+                continue
+            if m.event_type == "assistant/message":
+                for block in message["content"]:
+                    if block.get("type") == "tool-call":
+                        calls[block["id"]] = (block["name"], block["arguments"])
+                data: Any = {"turn": 0, "step": 0, "message": message}
+            else:
+                data = message
+            specs.append(AppendSpec(m.event_type, data, surface_op="append"))
+        return specs
+
+    async def pop_item(self) -> Item | None:
+        """Remove the latest item from what the SDK sees and return it (``None`` when
+        there is none). The log only grows: an eraser event replaces the item's node on
+        the surface and cites it (module docstring). Raises ``PopRefused`` when that
+        node holds several items (a message the adapter did not write)."""
+        popped: list[Item] = []
+
+        def plan(view: View) -> list[AppendSpec]:
+            popped.clear()
+            nodes = view.nodes
+            for k in range(len(nodes) - 1, -1, -1):
+                message = project(view.event(nodes[k]))
+                items = [] if message is None else items_of(message)
+                if not items:
+                    continue
+                if len(items) > 1:
+                    event = view.event(nodes[k])
+                    raise PopRefused("openai-pop", f"the last node holds {len(items)} items "
+                                     "(not written by this adapter); pop_item removes whole "
+                                     "nodes only", event.type, event.seq)
+                popped.append(decode_json(encode_json(items[0])))
+                return [_eraser(view.length, list(nodes[k:]), "pop_item")]
+            return []
+
+        async with self._lock:
+            await self._write(plan)
+        return popped[0] if popped else None
+
+    async def clear_session(self) -> None:
+        """Make the session empty for the SDK: one eraser replaces the whole surface and
+        cites every node it hides; the log keeps them (module docstring). Appends
+        nothing when the surface holds no item."""
+
+        def plan(view: View) -> list[AppendSpec]:
+            nodes = view.nodes
+            if not any(project(view.event(seq)) is not None for seq in nodes):
+                return []
+            return [_eraser(view.length, list(nodes), "clear_session")]
+
+        async with self._lock:
+            await self._write(plan)
+
+    async def run_compaction(self, args: dict[str, Any] | None = None) -> None:
+        """Compact with the core's rules (``choose_range``, ``compaction_request``):
+        when the surface's token estimate exceeds ``compact_at`` (any size with
+        ``args["force"]``), replace its prefix up to the last safe cut that keeps
+        ``retain_tokens`` with a checkpoint citing every hidden node. The other SDK
+        arguments (``response_id``, ``compaction_mode``, ``store``) concern OpenAI's
+        server-side compaction and are ignored. A summary that would not shrink the
+        range is recorded as a failed compaction (SPEC 13), changing nothing."""
+        force = bool((args or {}).get("force", False))
+
+        def plan(view: View) -> CompactionRequest | None:
+            nodes = list(view.nodes)
+            events = [view.event(seq) for seq in nodes]
+            choice = choose_range(nodes, events, compact_at=0 if force else self.compact_at,
+                                  retain_tokens=self.retain_tokens)
+            if choice is None:
+                return None
+            shadowed = events[: len(choice.shadowed)]
+            snapshot = SurfaceSnapshot(tuple(nodes), view.generation, view.length)
+            return compaction_request(snapshot, choice, shadowed, self.summarize(shadowed))
+
+        async with self._lock:
+            try:
+                await self.backend.compact(plan)
+            except BaseException:
+                self._forget()
+                raise
+
+    async def flush(self) -> None:
+        """Wait until every write is durable (a no-op for durable writes)."""
+        async with self._lock:
+            await self.backend.flush()
+
+    async def close(self) -> None:
+        """Flush, and close the store this session opened (``db_path``). A later call
+        opens the session again (taking it for writing anew)."""
+        async with self._lock:
+            self._forget()
+            await self.backend.close()
+
+
+def _find_call(view: View, call_id: str) -> tuple[str, str]:
+    """The name and arguments of the latest surface tool call ``call_id`` (``("", "")``
+    when it is not on the surface, e.g. compacted away)."""
+    nodes = view.nodes
+    for k in range(len(nodes) - 1, -1, -1):
+        message = project(view.event(nodes[k]))
+        if message is None or message.get("role") != "assistant":
+            continue
+        for block in message["content"]:
+            if block.get("type") == "tool-call" and block.get("id") == call_id:
+                return str(block["name"]), str(block["arguments"])
+    return "", ""
+
+
+__all__ = ["ERASER_MODEL", "PopRefused", "SurfacelogSession"]
