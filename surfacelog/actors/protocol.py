@@ -54,6 +54,7 @@ from surfacelog.actors.config import Placement as Placement
 from surfacelog.schema.codec import JSON_ENCODER
 from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.events import Event, ReplaceOp
+from surfacelog.schema.limits import MAX_NESTING, nesting_depth, nesting_error
 from surfacelog.session import AppendSpec, build_event
 from surfacelog.session.compaction import CompactionRequest as CompactionRequest
 from surfacelog.session.compaction import PruneRequest as PruneRequest
@@ -194,15 +195,25 @@ def encode_append(session_id: str, specs: Sequence[AppendSpec],
         return None
     try:
         return JSON_ENCODER.encode(AppendRequest(session_id, list(specs), expected_seq))
+    except RecursionError as exc:  # far past MAX_NESTING: refused before it travels
+        deep = next((k for k, s in enumerate(specs)
+                     if nesting_depth(s.data, MAX_NESTING) > MAX_NESTING), 0)
+        seq = None if expected_seq is None else expected_seq + deep
+        raise nesting_error(specs[deep].type, seq) from exc
     except (TypeError, ValueError, msgspec.EncodeError):
         return None
 
 
 def decode_append(payload: bytes) -> AppendRequest:
     """The request of ``encode_append``; its specs' ``data`` are fresh JSON values, owned
-    by the receiver (``Session.append_batch(..., owned=True)``)."""
-    with gc_paused():
-        return _REQUEST_DECODER.decode(payload)
+    by the receiver (``Session.append_batch(..., owned=True)``). Their nesting is
+    checked when the batch is encoded to rows (``encode_batch``), before anything is
+    stored or acknowledged; a payload too deep to decode raises ``NestingError``."""
+    try:
+        with gc_paused():
+            return _REQUEST_DECODER.decode(payload)
+    except RecursionError as exc:  # far past MAX_NESTING (the rows' check refuses less)
+        raise nesting_error(None, None) from exc
 
 
 def encode_events(events: list[Event]) -> EventsPayload:

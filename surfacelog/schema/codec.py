@@ -22,9 +22,16 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
-from surfacelog.schema.errors import DecodeError
+from surfacelog.schema.errors import DecodeError, LineTooLong
 from surfacelog.schema.events import Event, surface_op_from_json
 from surfacelog.schema.header import SessionHeader, header_from_json, header_to_json
+from surfacelog.schema.limits import (
+    MAX_LINE_BYTES,
+    MAX_NESTING,
+    may_nest_too_deep,
+    nesting_depth,
+    nesting_error,
+)
 
 JSON_ENCODER: Final = msgspec.json.Encoder()
 """The package's JSON encoder: any JSON value or struct, as compact JSON bytes."""
@@ -141,34 +148,90 @@ def _is_header_line(line: bytes) -> bool:
     return isinstance(value, dict) and value.get("type") == "session"
 
 
-def decode_log(content: bytes) -> LogFile:
-    """Decode JSONL: an optional header line, then one event per line; blank lines are
-    skipped. Raises ``DecodeError`` naming the line number of the first bad line."""
-    # Line numbers are physical (blank lines count) so that an error names the line an
-    # editor shows. Each line is decoded on its own: decoding the lines joined into one
-    # JSON array would accept an event split over two lines, which is not JSONL.
-    numbered = [(n, line) for n, line in enumerate(content.splitlines(), 1) if line.strip()]
-    header: SessionHeader | None = None
-    if numbered and _is_header_line(numbered[0][1]):
-        header = header_from_json(JSON_DECODER.decode(numbered[0][1]))
-        numbered = numbered[1:]
-    events: list[Event] = []
-    append = events.append
-    decode = _EVENT_DECODER.decode
-    for n, line in numbered:
+def _check_line_nesting(line: bytes, event: Event, n: int) -> None:
+    if may_nest_too_deep(line) and nesting_depth(event.data) > MAX_NESTING:
+        raise nesting_error(event.type, event.seq, prefix=f"line {n}: ")
+
+
+def _decode_line(line: bytes, n: int) -> Event:
+    """One event line (line number ``n``), its data's nesting checked."""
+    try:
         if b"-0" not in line:
             try:
-                append(decode(line))
-                continue
+                event = _EVENT_DECODER.decode(line)
             except msgspec.DecodeError:
-                pass
-        append(decode_event(line, f"line {n}"))
-    return LogFile(header, events)
+                event = decode_event(line, f"line {n}")
+        else:
+            event = decode_event(line, f"line {n}")
+    except RecursionError as exc:  # msgspec's own limit, far past ours
+        raise nesting_error(None, None, prefix=f"line {n}: ") from exc
+    _check_line_nesting(line, event, n)
+    return event
 
 
-def read_log(path: str | Path) -> LogFile:
-    """Read a JSONL session log file. Raises ``OSError`` or ``DecodeError``."""
-    return decode_log(Path(path).read_bytes())
+class _LogBuilder:
+    """Decodes a log one physical line at a time (line numbers count blank lines, so
+    that an error names the line an editor shows). Each line is decoded on its own:
+    decoding the lines joined into one JSON array would accept an event split over two
+    lines, which is not JSONL."""
+
+    def __init__(self) -> None:
+        self.header: SessionHeader | None = None
+        self.events: list[Event] = []
+        self._first = True
+
+    def add(self, n: int, line: bytes) -> None:
+        if not line.strip():
+            return
+        if self._first:
+            self._first = False
+            try:
+                if _is_header_line(line):
+                    self.header = header_from_json(JSON_DECODER.decode(line))
+                    return
+            except RecursionError as exc:
+                raise nesting_error(None, None, prefix=f"line {n}: ") from exc
+        self.events.append(_decode_line(line, n))
+
+    def log(self) -> LogFile:
+        return LogFile(self.header, self.events)
+
+
+def decode_log(content: bytes) -> LogFile:
+    """Decode JSONL: an optional header line, then one event per line; blank lines are
+    skipped. Raises ``DecodeError`` naming the line number of the first bad line
+    (``NestingError`` for data nested deeper than ``MAX_NESTING``)."""
+    builder = _LogBuilder()
+    for n, line in enumerate(content.splitlines(), 1):
+        builder.add(n, line)
+    return builder.log()
+
+
+def read_log(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> LogFile:
+    """Read a JSONL session log file, streamed one line at a time: memory holds one line
+    (at most ``max_line_bytes`` bytes, newline excluded) besides the decoded events.
+    Raises ``OSError``, ``DecodeError`` (``LineTooLong`` naming the file and line for a
+    longer line, after reading no more of it than the limit; ``NestingError``)."""
+    if max_line_bytes < 1:
+        raise ValueError(f"max_line_bytes must be >= 1, got {max_line_bytes}")
+    builder = _LogBuilder()
+    with Path(path).open("rb") as handle:
+        n = 0
+        while True:
+            line = handle.readline(max_line_bytes + 2)  # the line, \r\n at most
+            if not line:
+                break
+            n += 1
+            body = line.rstrip(b"\r\n")
+            if len(body) > max_line_bytes or (len(line) > max_line_bytes and
+                                               not line.endswith(b"\n")):
+                raise LineTooLong("line-length", f"{path}: line {n} is longer than "
+                                  f"{max_line_bytes} bytes (the line limit)")
+            # splitlines() also splits at a lone \r, as decode_log does
+            for k, part in enumerate(body.splitlines() or [b""]):
+                builder.add(n + k, part)
+            n += max(len(body.splitlines()) - 1, 0)
+    return builder.log()
 
 
 def encode_log(header: SessionHeader | None, events: Iterable[Event]) -> bytes:

@@ -72,3 +72,18 @@ class DecodeError(LogError):
 
 class SurfaceError(LogError):
     """A candidate event breaks a rule of SPEC sections 3, 5 or 6."""
+
+
+class NestingError(DecodeError):
+    """A value nests arrays and objects deeper than ``MAX_NESTING`` (rule ``nesting``;
+    see ``surfacelog.schema.limits``)."""
+
+
+class JsonValueError(LogError):
+    """A value given through the Python API that JSON cannot carry exactly: NaN or an
+    infinity, a tuple or set, bytes, a non-string object key, any other Python
+    object (rule ``json-value``)."""
+
+
+class LineTooLong(DecodeError):
+    """An input line is longer than the reader's line limit (rule ``line-length``)."""

@@ -13,6 +13,7 @@ from surfacelog.schema.codec import decode_json, encode_json
 from surfacelog.schema.errors import LogError
 from surfacelog.schema.events import Event, ReplaceOp, surface_op_from_json
 from surfacelog.schema.header import SessionHeader
+from surfacelog.schema.limits import check_scalar, own_json
 from surfacelog.session import shapes
 from surfacelog.session.derive import MessageCache, MessagesView, derive_from_nodes
 from surfacelog.session.gcpause import gc_paused
@@ -70,6 +71,19 @@ def _own(value: Any) -> Any:
     return decode_json(encode_json(value))
 
 
+def _own_data(value: Any, event_type: object, seq: int) -> Any:
+    """A private JSON copy of a caller's ``data``, refused (``JsonValueError``,
+    ``NestingError``) when JSON cannot carry it exactly or it nests deeper than
+    ``MAX_NESTING`` (see ``surfacelog.schema.limits``). A scalar (of a subclass too,
+    such as an ``IntEnum``) is kept as it is."""
+    if value is UNSET or value is None or isinstance(value, (str, int, bool)):
+        return value
+    if isinstance(value, float):
+        check_scalar(value, event_type, seq)
+        return value
+    return own_json(value, event_type, seq)
+
+
 def _own_seqs(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(value)
@@ -89,13 +103,14 @@ def build_event(spec: AppendSpec, seq: int, time: int, *, owned: bool = False) -
     kept as it is). Validates nothing: appending the event does. Deterministic, so that
     whoever holds the spec can rebuild what was logged from it."""
     if spec.surface_op is UNSET and spec.source_event_seqs is UNSET:  # most events
-        return Event(spec.type, seq, time, spec.data if owned else _own(spec.data),
+        return Event(spec.type, seq, time,
+                     spec.data if owned else _own_data(spec.data, spec.type, seq),
                      UNSET, UNSET, spec.ignorable)
     return Event(
         type=spec.type,
         seq=seq,
         time=time,
-        data=spec.data if owned else _own(spec.data),
+        data=spec.data if owned else _own_data(spec.data, spec.type, seq),
         source_event_seqs=_own_seqs(spec.source_event_seqs),
         surface_op=_own_op(spec.surface_op),
         ignorable=spec.ignorable,
