@@ -51,7 +51,7 @@ from msgspec import UNSET, Struct, UnsetType
 
 from surfacelog.actors.config import Durability as Durability
 from surfacelog.actors.config import Placement as Placement
-from surfacelog.schema.codec import JSON_ENCODER
+from surfacelog.schema.codec import JSON_DECODER, JSON_ENCODER
 from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.events import Event, ReplaceOp
 from surfacelog.schema.limits import MAX_NESTING, nesting_depth, nesting_error
@@ -194,13 +194,22 @@ def encode_append(session_id: str, specs: Sequence[AppendSpec],
     if not all(_plain(s) for s in specs):
         return None
     try:
-        return JSON_ENCODER.encode(AppendRequest(session_id, list(specs), expected_seq))
+        payload = JSON_ENCODER.encode(AppendRequest(session_id, list(specs), expected_seq))
+        # Nested values a JSON round trip changes (a tuple, a set, bytes, NaN, a non-str
+        # key, a struct...): one C-level round trip and comparison of all the data at
+        # once (~1 us an event); such a batch travels as structs, and the session
+        # refuses it (``JsonValueError``) or logs the struct's JSON exactly as
+        # in-process.
+        datas = [s.data for s in specs]
+        if JSON_DECODER.decode(JSON_ENCODER.encode(datas)) != datas:
+            return None
+        return payload
     except RecursionError as exc:  # far past MAX_NESTING: refused before it travels
         deep = next((k for k, s in enumerate(specs)
                      if nesting_depth(s.data, MAX_NESTING) > MAX_NESTING), 0)
         seq = None if expected_seq is None else expected_seq + deep
         raise nesting_error(specs[deep].type, seq) from exc
-    except (TypeError, ValueError, msgspec.EncodeError):
+    except (TypeError, ValueError, msgspec.EncodeError, msgspec.DecodeError):
         return None
 
 
