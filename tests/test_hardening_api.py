@@ -147,3 +147,35 @@ def test_exact_values_still_append() -> None:
     event = session.append("x/y", data, ignorable=True)
     assert event.data == data and event.data is not data
     assert session.append("x/y", enum.IntEnum("E", "A").A, ignorable=True).data == 1
+
+
+async def test_public_api_errors_are_typed(tmp_path: Path) -> None:
+    from surfacelog.schema.codec import decode_json
+    from surfacelog.session import replay
+    from surfacelog.store.errors import DatabaseNotFound
+
+    session = Session()
+    session.append("turn/start", {"turn": 1})
+    calls: list[Any] = [
+        lambda: session.derive_messages(5),
+        lambda: session.derive_messages(-1),
+        lambda: session.surface_at(9),
+        lambda: session.event(9),
+        lambda: session.derive_messages()[3],
+        lambda: replay([{"type": "turn/start"}]),  # type: ignore[list-item]
+        lambda: decode_json(b"{"),
+        lambda: decode_json(b"[" * 100_000),
+        lambda: read_log(tmp_path / "x.jsonl", max_line_bytes=0),
+    ]
+    for call in calls:
+        with pytest.raises(SurfacelogError):
+            call()
+    with pytest.raises(IndexError):  # still the builtin kind too
+        session.event(9)
+    with pytest.raises(DatabaseNotFound):
+        await SqliteEventStore.open(tmp_path / "absent.db", read_only=True)
+    with pytest.raises(FileNotFoundError):
+        await SqliteEventStore.open(tmp_path / "absent.db", create=False)
+    with pytest.raises(SurfacelogError):
+        await SqliteEventStore.open(tmp_path / "x.db", synchronous="OFF")  # type: ignore[arg-type]
+    assert not (tmp_path / "absent.db").exists()

@@ -22,7 +22,7 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
-from surfacelog.schema.errors import DecodeError, LineTooLong
+from surfacelog.schema.errors import DecodeError, InvalidArgument, LineTooLong
 from surfacelog.schema.events import Event, surface_op_from_json
 from surfacelog.schema.header import SessionHeader, header_from_json, header_to_json
 from surfacelog.schema.limits import (
@@ -127,8 +127,14 @@ def encode_json(value: object) -> bytes:
 
 
 def decode_json(data: bytes | str) -> Any:
-    """Decode a JSON document into plain Python values."""
-    return JSON_DECODER.decode(data)
+    """Decode a JSON document into plain Python values. Raises ``DecodeError`` (rule
+    ``json``; ``NestingError`` for one too deep for Python to hold)."""
+    try:
+        return JSON_DECODER.decode(data)
+    except msgspec.DecodeError as exc:
+        raise DecodeError("json", f"not JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise nesting_error(None, None) from exc
 
 
 class LogFile(Struct, frozen=True):
@@ -213,7 +219,7 @@ def read_log(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> LogFi
     Raises ``OSError``, ``DecodeError`` (``LineTooLong`` naming the file and line for a
     longer line, after reading no more of it than the limit; ``NestingError``)."""
     if max_line_bytes < 1:
-        raise ValueError(f"max_line_bytes must be >= 1, got {max_line_bytes}")
+        raise InvalidArgument(f"max_line_bytes must be >= 1, got {max_line_bytes}")
     builder = _LogBuilder()
     with Path(path).open("rb") as handle:
         n = 0

@@ -65,6 +65,15 @@ def _rebuild(cls: type[LogError], rule: str, detail: str, event_type: object, se
     return cls(rule, detail, event_type, seq, prefix=prefix)
 
 
+class InvalidArgument(ValueError, SurfacelogError):
+    """A public call was given an argument outside its domain (a negative limit, an
+    unknown option value...). Still a ``ValueError``."""
+
+
+class SeqOutOfRange(IndexError, SurfacelogError):
+    """A seq (or message index) that is not in the log. Still an ``IndexError``."""
+
+
 class DecodeError(LogError):
     """A line is not JSON, not an object of the envelope's keys, or a field has the
     wrong JSON type."""

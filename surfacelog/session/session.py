@@ -10,7 +10,7 @@ from typing import Any
 from msgspec import UNSET, Struct
 
 from surfacelog.schema.codec import decode_json, encode_json
-from surfacelog.schema.errors import LogError
+from surfacelog.schema.errors import DecodeError, LogError, SeqOutOfRange
 from surfacelog.schema.events import Event, ReplaceOp, surface_op_from_json
 from surfacelog.schema.header import SessionHeader
 from surfacelog.schema.limits import check_scalar, own_json
@@ -171,6 +171,9 @@ class Session:
         return len(self._log)
 
     def event(self, seq: int) -> Event:
+        """The event at ``seq``. Raises ``SeqOutOfRange`` (an ``IndexError``)."""
+        if type(seq) is not int or not 0 <= seq < len(self._log):
+            raise SeqOutOfRange(f"seq {seq!r} is not in this log of {len(self._log)} events")
         return self._log[seq]
 
     def events(self, since_seq: int = 0, limit: int | None = None) -> list[Event]:
@@ -194,7 +197,8 @@ class Session:
     def derive_messages(self, as_of: int | None = None) -> MessagesView:
         """The messages the model sees: now, or as of the prefix ``log[0..as_of]``.
 
-        Raises ``IndexError`` when ``as_of`` is not a seq of this log.
+        Raises ``SeqOutOfRange`` (an ``IndexError``) when ``as_of`` is not a seq of this
+        log.
         """
         if as_of is None:
             return self._cache.derive(self._manager, self._log)
@@ -205,7 +209,8 @@ class Session:
     def surface_at(self, as_of: int) -> SurfaceSnapshot:
         """The surface of the prefix ``log[0..as_of]`` (time travel), by a fresh fold."""
         if type(as_of) is not int or not 0 <= as_of < len(self._log):
-            raise IndexError(f"seq {as_of!r} is not in this log of {len(self._log)} events")
+            raise SeqOutOfRange(f"seq {as_of!r} is not in this log of {len(self._log)} "
+                                f"events")
         manager = SurfaceManager()
         manager.sync(self._log[: as_of + 1])
         return SurfaceSnapshot(tuple(manager.nodes), manager.replace_generation, as_of + 1)
@@ -319,9 +324,13 @@ class Session:
 
 
 def replay(events: Iterable[Event], header: SessionHeader | None = None) -> Session:
-    """A session holding exactly ``events`` (no seed marker added), each validated."""
+    """A session holding exactly ``events`` (no seed marker added), each validated.
+    Raises ``LogError`` (``DecodeError`` for an item that is not an ``Event``)."""
     session = Session(header=header)
     for index, event in enumerate(events):
+        if type(event) is not Event:
+            raise DecodeError("envelope", f"invalid seed event at index {index}: not an "
+                              f"Event but a {type(event).__name__}")
         try:
             session.append_event(event)
         except LogError as exc:

@@ -22,6 +22,7 @@ import msgspec
 from msgspec import UNSET
 
 from surfacelog.schema.codec import JSON_DECODER, JSON_ENCODER
+from surfacelog.schema.errors import InvalidArgument
 from surfacelog.schema.events import Event, ReplaceOp
 from surfacelog.schema.limits import (
     MAX_NESTING,
@@ -142,7 +143,7 @@ def encode_batch(session_id: str, events: Sequence[Event]) -> EncodedBatch:
     by SQLite (the tables are ``STRICT``) when the batch is committed.
     """
     if not events:
-        raise ValueError("an empty batch has no rows")
+        raise InvalidArgument("an empty batch has no rows")
     start = events[0].seq
     if type(start) is not int:
         raise BadEvent(f"{events[0].type} seq {start!r} is not an integer")

@@ -18,6 +18,7 @@ from types import TracebackType
 from msgspec import Struct
 
 from surfacelog.schema.codec import LogFile
+from surfacelog.schema.errors import InvalidArgument
 from surfacelog.schema.header import SessionHeader
 from surfacelog.store.base import EventStore, SessionInfo
 from surfacelog.store.errors import SessionExists, SessionNotFound, StoreError
@@ -167,7 +168,7 @@ class ShardedStores:
         once. Raises ``ValueError`` when ``limit`` < 1, ``ShardFileError``,
         ``StoreError``."""
         if limit < 1:
-            raise ValueError(f"limit must be >= 1, got {limit}")
+            raise InvalidArgument(f"limit must be >= 1, got {limit}")
         entries: list[ShardedSession] = []
         ids = 0
         for entry in await self.list_sessions():

@@ -12,10 +12,11 @@ from typing import Any, Final, Literal, TypeVar
 import msgspec
 
 from surfacelog.schema.codec import JSON_ENCODER
+from surfacelog.schema.errors import InvalidArgument
 from surfacelog.schema.header import SessionHeader, header_to_json
 from surfacelog.store.base import EventStore, SessionInfo
 from surfacelog.store.connection import ConnectionThread
-from surfacelog.store.errors import SessionNotFound, StoreError
+from surfacelog.store.errors import DatabaseNotFound, SessionNotFound, StoreError
 from surfacelog.store.rows import SELECT_EVENTS, EncodedBatch
 from surfacelog.store.schema_check import check_or_initialise, classify, inspect_file, read_shape
 from surfacelog.store.stored import StoredSession
@@ -133,7 +134,8 @@ class SqliteEventStore(EventStore):
         keep_failed: bool = True,
     ) -> SqliteEventStore:
         """Open the database at ``path``, initialising it when it is missing or blank
-        (unless ``create`` is false: then a missing file raises ``FileNotFoundError``).
+        (unless ``create`` is false: then a missing file raises ``DatabaseNotFound``, a
+        ``FileNotFoundError``).
 
         ``read_only``: open through a SQLite ``mode=ro`` URI, for reading only (what the
         CLI's ``inspect``, ``verify``, ``digest`` and ``export`` do): the file is never
@@ -149,15 +151,17 @@ class SqliteEventStore(EventStore):
         the truth; only for callers that wait for every batch (durable appends).
 
         Raises ``VersionRefused`` for a file of another build (left unmodified),
-        ``StoreError`` when SQLite cannot open it, ``ValueError`` for a bad option.
+        ``StoreError`` when SQLite cannot open it, ``InvalidArgument`` (a ``ValueError``)
+        for a bad option.
         """
         if synchronous not in ("FULL", "NORMAL"):
-            raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
+            raise InvalidArgument(f"synchronous must be 'FULL' or 'NORMAL', got "
+                                  f"{synchronous!r}")
         if busy_timeout_ms < 0:
-            raise ValueError(f"busy_timeout_ms must be >= 0, got {busy_timeout_ms}")
+            raise InvalidArgument(f"busy_timeout_ms must be >= 0, got {busy_timeout_ms}")
         path = Path(path)
         if (read_only or not create) and not path.exists():
-            raise FileNotFoundError(f"no database at {path}")
+            raise DatabaseNotFound(f"no database at {path}")
         await asyncio.to_thread(inspect_file, path)
         if read_only:
             conn = await _open_read_only(path, busy_timeout_ms)

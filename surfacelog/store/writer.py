@@ -39,6 +39,7 @@ from typing import NamedTuple
 
 from msgspec import Struct
 
+from surfacelog.schema.errors import InvalidArgument
 from surfacelog.store.connection import ConnectionThread
 from surfacelog.store.errors import (
     BadEvent,
@@ -208,9 +209,9 @@ class GroupWriter:
     def __init__(self, conn: ConnectionThread, *, max_events: int, delay: float,
                  keep_failed: bool = True) -> None:
         if max_events < 1:
-            raise ValueError(f"group_max_events must be >= 1, got {max_events}")
+            raise InvalidArgument(f"group_max_events must be >= 1, got {max_events}")
         if delay < 0:
-            raise ValueError(f"group delay must be >= 0, got {delay}")
+            raise InvalidArgument(f"group delay must be >= 0, got {delay}")
         self._conn = conn
         self._keep_failed = keep_failed
         self._max_events = max_events
