@@ -15,9 +15,9 @@ type.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
@@ -28,7 +28,6 @@ from surfacelog.schema.header import SessionHeader, header_from_json, header_to_
 from surfacelog.schema.limits import (
     MAX_LINE_BYTES,
     MAX_NESTING,
-    may_nest_too_deep,
     nesting_depth,
     nesting_error,
 )
@@ -154,90 +153,86 @@ def _is_header_line(line: bytes) -> bool:
     return isinstance(value, dict) and value.get("type") == "session"
 
 
-def _check_line_nesting(line: bytes, event: Event, n: int) -> None:
-    if may_nest_too_deep(line) and nesting_depth(event.data) > MAX_NESTING:
-        raise nesting_error(event.type, event.seq, prefix=f"line {n}: ")
+def _slow_line(line: bytes, n: int) -> Event:
+    """One event line the strict decoder refused (or holding ``-0``)."""
+    return decode_event(line, f"line {n}")
 
 
-def _decode_line(line: bytes, n: int) -> Event:
-    """One event line (line number ``n``), its data's nesting checked."""
+def _decode_lines(numbered: Iterable[tuple[int, bytes]]) -> LogFile:
+    """Decode physical lines (line numbers count blank lines, so that an error names
+    the line an editor shows): an optional header line, then one event per non-blank
+    line. Each line is decoded on its own: decoding the lines joined into one JSON
+    array would accept an event split over two lines, which is not JSONL. A line with
+    more opening brackets than ``MAX_NESTING`` has its data's depth checked."""
+    header: SessionHeader | None = None
+    events: list[Event] = []
+    append = events.append
+    decode = _EVENT_DECODER.decode
+    first = True
+    n = 0
     try:
-        if b"-0" not in line:
-            try:
-                event = _EVENT_DECODER.decode(line)
-            except msgspec.DecodeError:
-                event = decode_event(line, f"line {n}")
-        else:
-            event = decode_event(line, f"line {n}")
+        for n, line in numbered:
+            if not line.strip():
+                continue
+            if first:
+                first = False
+                if _is_header_line(line):
+                    header = header_from_json(JSON_DECODER.decode(line))
+                    continue
+            if b"-0" not in line:
+                try:
+                    event = decode(line)
+                except msgspec.DecodeError:
+                    event = _slow_line(line, n)
+            else:
+                event = _slow_line(line, n)
+            if line.count(b"[") + line.count(b"{") > MAX_NESTING and \
+                    nesting_depth(event.data) > MAX_NESTING:
+                raise nesting_error(event.type, event.seq, prefix=f"line {n}: ")
+            append(event)
     except RecursionError as exc:  # msgspec's own limit, far past ours
         raise nesting_error(None, None, prefix=f"line {n}: ") from exc
-    _check_line_nesting(line, event, n)
-    return event
-
-
-class _LogBuilder:
-    """Decodes a log one physical line at a time (line numbers count blank lines, so
-    that an error names the line an editor shows). Each line is decoded on its own:
-    decoding the lines joined into one JSON array would accept an event split over two
-    lines, which is not JSONL."""
-
-    def __init__(self) -> None:
-        self.header: SessionHeader | None = None
-        self.events: list[Event] = []
-        self._first = True
-
-    def add(self, n: int, line: bytes) -> None:
-        if not line.strip():
-            return
-        if self._first:
-            self._first = False
-            try:
-                if _is_header_line(line):
-                    self.header = header_from_json(JSON_DECODER.decode(line))
-                    return
-            except RecursionError as exc:
-                raise nesting_error(None, None, prefix=f"line {n}: ") from exc
-        self.events.append(_decode_line(line, n))
-
-    def log(self) -> LogFile:
-        return LogFile(self.header, self.events)
+    return LogFile(header, events)
 
 
 def decode_log(content: bytes) -> LogFile:
     """Decode JSONL: an optional header line, then one event per line; blank lines are
     skipped. Raises ``DecodeError`` naming the line number of the first bad line
     (``NestingError`` for data nested deeper than ``MAX_NESTING``)."""
-    builder = _LogBuilder()
-    for n, line in enumerate(content.splitlines(), 1):
-        builder.add(n, line)
-    return builder.log()
+    return _decode_lines(enumerate(content.splitlines(), 1))
+
+
+def _file_lines(handle: BinaryIO, path: str | Path,
+                max_line_bytes: int) -> Iterator[tuple[int, bytes]]:
+    n = 0
+    while True:
+        line = handle.readline(max_line_bytes + 2)  # the line and \r\n at most
+        if not line:
+            return
+        n += 1
+        body = line.rstrip(b"\r\n")
+        if len(body) > max_line_bytes:
+            raise LineTooLong("line-length", f"{path}: line {n} is longer than "
+                              f"{max_line_bytes} bytes (the line limit)")
+        if b"\r" in body:  # splitlines() also splits at a lone \r, as decode_log does
+            parts = body.splitlines()
+            for k, part in enumerate(parts):
+                yield n + k, part
+            n += max(len(parts) - 1, 0)
+        else:
+            yield n, body
 
 
 def read_log(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> LogFile:
     """Read a JSONL session log file, streamed one line at a time: memory holds one line
     (at most ``max_line_bytes`` bytes, newline excluded) besides the decoded events.
     Raises ``OSError``, ``DecodeError`` (``LineTooLong`` naming the file and line for a
-    longer line, after reading no more of it than the limit; ``NestingError``)."""
+    longer line, after reading no more of it than the limit; ``NestingError``),
+    ``InvalidArgument`` for a limit below 1."""
     if max_line_bytes < 1:
         raise InvalidArgument(f"max_line_bytes must be >= 1, got {max_line_bytes}")
-    builder = _LogBuilder()
     with Path(path).open("rb") as handle:
-        n = 0
-        while True:
-            line = handle.readline(max_line_bytes + 2)  # the line, \r\n at most
-            if not line:
-                break
-            n += 1
-            body = line.rstrip(b"\r\n")
-            if len(body) > max_line_bytes or (len(line) > max_line_bytes and
-                                               not line.endswith(b"\n")):
-                raise LineTooLong("line-length", f"{path}: line {n} is longer than "
-                                  f"{max_line_bytes} bytes (the line limit)")
-            # splitlines() also splits at a lone \r, as decode_log does
-            for k, part in enumerate(body.splitlines() or [b""]):
-                builder.add(n + k, part)
-            n += max(len(body.splitlines()) - 1, 0)
-    return builder.log()
+        return _decode_lines(_file_lines(handle, path, max_line_bytes))
 
 
 def encode_log(header: SessionHeader | None, events: Iterable[Event]) -> bytes:
