@@ -158,6 +158,40 @@ def test_import_on_a_full_disk_reports_what_is_stored(tmp_path: Path,
         assert listed.exit_code == 0 and "2 session(s) checked, 0 failed" in listed.output
 
 
+def _file_size_limit(limit: int) -> None:
+    """In the child, before exec: files may not grow past ``limit`` bytes; a write
+    past it fails with EFBIG (SIGXFSZ ignored) as on a full disk."""
+    import resource
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def test_import_past_a_file_size_limit_reports_what_is_stored(tmp_path: Path) -> None:
+    """The same without root: ``RLIMIT_FSIZE`` in the importing process makes SQLite's
+    writes fail for real."""
+    big = _big_log(tmp_path / "big.jsonl", 400, 4000)
+    small = _big_log(tmp_path / "small.jsonl", 3, 10)
+    db = tmp_path / "s.db"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cli = [sys.executable, "-m", "surfacelog.cli"]
+    done = subprocess.run([*cli, "import", str(db), str(big), str(small)], env=env,
+                          capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: _file_size_limit(600 * 1024))
+    assert "Traceback" not in done.stderr
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"{big}: not imported" in done.stderr
+    assert "imported as session small" in done.stdout
+    listed = subprocess.run([*cli, "digest", str(db), "--json"], env=env,
+                            capture_output=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert list(msgspec.json.decode(listed.stdout)) == ["small"]
+    again = subprocess.run([*cli, "import", str(db), str(big)], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "imported as session big (400 events)" in again.stdout
+
+
 # -- 3, 4. nesting and line limits in the commands ------------------------------------
 
 
