@@ -103,6 +103,9 @@ async def test_wire_append_refuses_deep_data_before_acknowledging(tmp_path: Path
         with pytest.raises(NestingError, match="x/y"):
             await host.append_batch(specs, owned=True)
         assert len(host.session) == before
+        assert host.closed is None  # still serving: nothing was sent to the store
+        await host.append_batch([AppendSpec("x/y", {"ok": 1}, ignorable=True)])
+        before += 1
         with pytest.raises(NestingError):
             encode_append("s", [AppendSpec("x/y", nested(50_000), ignorable=True)], 3)
         with pytest.raises(NestingError):
