@@ -13,7 +13,8 @@ of ours can fail with a ``RecursionError``.
 
 **Exact JSON.** A value given through the Python API must be one JSON carries exactly:
 ``dict`` with ``str`` keys, ``list``, ``str``, ``int``, finite
-``float``, ``bool``, ``None`` (and msgspec structs of those, encoded as objects).
+``float``, ``bool``, ``None``, and msgspec structs (encoded as their fields' types
+say).
 NaN, infinities, tuples, sets, bytes and other objects are refused with a
 ``JsonValueError`` (rule ``json-value``) instead of being turned into ``null``, lists
 or base64 text.
@@ -96,8 +97,8 @@ def check_nesting(value: Any, event_type: object, seq: object) -> None:
 
 def find_problem(value: Any) -> str | None:
     """Why ``value`` cannot be carried exactly by JSON (with where, as a path from
-    ``data``), or ``None`` when it can. Walks without recursion; struct fields are
-    looked at as object members."""
+    ``data``), or ``None`` when it can. Walks without recursion; a msgspec struct is
+    looked at as the JSON object it encodes to."""
     stack: list[tuple[Any, str, int]] = [(value, "data", 0)]
     while stack:
         item, path, depth = stack.pop()
@@ -121,8 +122,12 @@ def find_problem(value: Any) -> str | None:
         elif isinstance(item, list):
             stack.extend((child, f"{path}[{i}]", depth + 1) for i, child in enumerate(item))
         elif isinstance(item, msgspec.Struct):
-            for name in item.__struct_fields__:
-                stack.append((getattr(item, name), f"{path}.{name}", depth + 1))
+            # A struct is encoded as its typed fields say (a tuple field as an array...):
+            # look at what it encodes to.
+            try:
+                stack.append((msgspec.to_builtins(item), path, depth))
+            except (TypeError, ValueError, msgspec.EncodeError) as exc:
+                return f"{path} is a {kind.__name__} that JSON cannot carry: {exc}"
         else:
             return (f"{path} is a {kind.__name__}, which JSON cannot carry exactly "
                     f"(use a list, a dict with string keys, or a JSON scalar)")
@@ -137,14 +142,12 @@ def own_json(value: Any, event_type: object, seq: object) -> Any:
         raw = _ENCODER.encode(value)
     except (RecursionError, TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
         raise _refusal(value, event_type, seq, exc) from exc
-    if may_nest_too_deep(raw):
-        depth = _struct_free_depth(value)
-        if depth > MAX_NESTING:
-            raise nesting_error(event_type, seq)
     try:
         copy = _DECODER.decode(raw)
     except (RecursionError, msgspec.DecodeError) as exc:
         raise _refusal(value, event_type, seq, exc) from exc
+    if may_nest_too_deep(raw) and nesting_depth(copy) > MAX_NESTING:
+        raise nesting_error(event_type, seq)
     if copy != value:
         problem = find_problem(value)  # else a struct or a scalar subclass: exact
         if problem is not None:
@@ -157,14 +160,6 @@ def check_scalar(value: Any, event_type: object, seq: object) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         raise JsonValueError("json-value", f"data is {value!r}, which JSON cannot carry",
                              event_type, seq)
-
-
-def _struct_free_depth(value: Any) -> int:
-    """``nesting_depth`` counting struct levels too (any container-like value)."""
-    problem = find_problem(value)
-    if problem is not None and "nests deeper" in problem:
-        return MAX_NESTING + 1
-    return 0
 
 
 def _refusal(value: Any, event_type: object, seq: object,
