@@ -44,7 +44,7 @@ def _specs() -> list[AppendSpec]:
     user = {"id": "u-1", "role": "user", "source": {"kind": "user"},
             "content": [{"type": "text", "text": "hé \u2028 \"quoted\" 1e400"}]}
     rewrite = {**user, "content": [{"type": "text", "text": "shorter"}],
-               "extra": (1, 2.5, -0.0, None, True, 2**70)}
+               "extra": [1, 2.5, -0.0, None, True, 2**70]}
     return [
         AppendSpec("turn/start", {"turn": 1}),
         AppendSpec("user/message", user, surface_op="append"),
@@ -115,6 +115,9 @@ def test_a_retried_append_is_answered_by_the_logged_events() -> None:
     AppendSpec("turn/start", {"turn": 1}, ignorable=False),
     AppendSpec(7, {}),  # type: ignore[arg-type]
     AppendSpec("x/y", {"v": object()}, ignorable=True),
+    AppendSpec("x/y", {"v": (1, 2)}, ignorable=True),
+    AppendSpec("x/y", {"v": [math.nan]}, ignorable=True),
+    AppendSpec("x/y", {"v": b"raw"}, ignorable=True),
 ])
 def test_specs_the_json_round_trip_would_change_are_not_wired(spec: AppendSpec) -> None:
     assert encode_append("s", [_specs()[0], spec], None) is None

@@ -70,6 +70,8 @@ SPECIAL: dict[str, Callable[[type[Any]], BaseException]] = {
         lambda cls: cls("stored row is missing", "s-1", 4),
     "surfacelog.session.fork.ForkError":
         lambda cls: cls("OPEN_TURN", "the source has an open turn"),
+    "surfacelog.cli.outputs.OutputError":
+        lambda cls: cls("refusing to write x.db", False),
 }
 """How to make an instance of a class whose ``__init__`` (its own or inherited) is not
 ``BaseException``'s, keyed by the class that defines that ``__init__``."""

@@ -28,6 +28,7 @@ from surfacelog.actors.protocol import (
     SessionStats,
     SessionUnavailable,
 )
+from surfacelog.schema.errors import NestingError
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
 from surfacelog.session import (
@@ -123,11 +124,12 @@ class LiveSession:
     async def _persist(self, events: Sequence[Event]) -> None:
         """Write ``events`` (the caller rolls the session back if this raises).
 
-        Only ``BadEvent`` (this batch refused whole, nothing written) leaves the live session
-        serving. After any other failure the store may hold more or less than the
-        rolled-back session: a commit that failed stays queued and is retried, a journal
-        that stayed down past ``JOURNAL_RESTART_S`` may have committed before it died,
-        an earlier buffered batch may have been refused.
+        Only ``BadEvent`` and ``NestingError`` (this batch refused whole where its rows are
+        encoded, nothing written) leave the live session serving. After any other failure
+        the store may hold more or less than the rolled-back session: a commit that
+        failed stays queued and is retried, a journal that stayed down past
+        ``JOURNAL_RESTART_S`` may have committed before it died, an earlier buffered
+        batch may have been refused.
         The live session then closes as ``RELOAD``, and the next request activates the session
         again from the store, the truth; an ``expected_seq`` retry then finds its events
         or appends them, exactly once."""
@@ -137,7 +139,7 @@ class LiveSession:
         except WriterFenced:
             self.closed = "fenced by a newer writer"
             raise
-        except BadEvent:
+        except (BadEvent, NestingError):  # refused where the rows are encoded: nothing sent
             raise
         except BaseException:
             self.closed = RELOAD

@@ -51,9 +51,15 @@ from msgspec import UNSET, Struct, UnsetType
 
 from surfacelog.actors.config import Durability as Durability
 from surfacelog.actors.config import Placement as Placement
-from surfacelog.schema.codec import JSON_ENCODER
+from surfacelog.schema.codec import JSON_DECODER, JSON_ENCODER
 from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.events import Event, ReplaceOp
+from surfacelog.schema.limits import (
+    MAX_NESTING,
+    may_nest_too_deep,
+    nesting_depth,
+    nesting_error,
+)
 from surfacelog.session import AppendSpec, build_event
 from surfacelog.session.compaction import CompactionRequest as CompactionRequest
 from surfacelog.session.compaction import PruneRequest as PruneRequest
@@ -193,16 +199,47 @@ def encode_append(session_id: str, specs: Sequence[AppendSpec],
     if not all(_plain(s) for s in specs):
         return None
     try:
-        return JSON_ENCODER.encode(AppendRequest(session_id, list(specs), expected_seq))
-    except (TypeError, ValueError, msgspec.EncodeError):
+        payload = JSON_ENCODER.encode(AppendRequest(session_id, list(specs), expected_seq))
+        # Nested values a JSON round trip changes (a tuple, a set, bytes, NaN, a non-str
+        # key, a struct...): one C-level round trip and comparison of all the data at
+        # once (~1 us an event); such a batch travels as structs, and the session
+        # refuses it (``JsonValueError``) or logs the struct's JSON exactly as
+        # in-process.
+        datas = [s.data for s in specs]
+        if JSON_DECODER.decode(JSON_ENCODER.encode(datas)) != datas:
+            return None
+    except RecursionError as exc:  # far past MAX_NESTING: refused before it travels
+        _refuse_deep(specs, expected_seq)
+        raise nesting_error(specs[0].type, expected_seq) from exc
+    except (TypeError, ValueError, msgspec.EncodeError, msgspec.DecodeError):
         return None
+    # Refused here, naming the event, whatever the recursion limit of this process (a
+    # caller's may be raised far above the actor's, which would then fail to decode the
+    # request without knowing which event was too deep).
+    if may_nest_too_deep(payload):
+        _refuse_deep(specs, expected_seq)
+    return payload
+
+
+def _refuse_deep(specs: Sequence[AppendSpec], expected_seq: int | None) -> None:
+    """Raise the ``NestingError`` of the first spec whose data nests deeper than
+    ``MAX_NESTING``, naming its type and seq; return when none does."""
+    for k, spec in enumerate(specs):
+        if nesting_depth(spec.data, MAX_NESTING) > MAX_NESTING:
+            raise nesting_error(spec.type, None if expected_seq is None
+                                else expected_seq + k)
 
 
 def decode_append(payload: bytes) -> AppendRequest:
     """The request of ``encode_append``; its specs' ``data`` are fresh JSON values, owned
-    by the receiver (``Session.append_batch(..., owned=True)``)."""
-    with gc_paused():
-        return _REQUEST_DECODER.decode(payload)
+    by the receiver (``Session.append_batch(..., owned=True)``). Their nesting is
+    checked when the batch is encoded to rows (``encode_batch``), before anything is
+    stored or acknowledged; a payload too deep to decode raises ``NestingError``."""
+    try:
+        with gc_paused():
+            return _REQUEST_DECODER.decode(payload)
+    except RecursionError as exc:  # far past MAX_NESTING (the rows' check refuses less)
+        raise nesting_error(None, None) from exc
 
 
 def encode_events(events: list[Event]) -> EventsPayload:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import signal
 import sys
 from inspect import Parameter, Signature
 from pathlib import Path
@@ -14,10 +15,12 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from surfacelog.cli.render import surface_tree
+from surfacelog.cli.outputs import OutputError, check_output, write_atomic
+from surfacelog.cli.render import echo, surface_tree, text
 from surfacelog.cli.runmodel import RunConfig
 from surfacelog.schema.codec import LogFile, encode_json, read_log
-from surfacelog.schema.errors import LogError, SurfacelogError
+from surfacelog.schema.errors import LineTooLong, LogError, SurfacelogError
+from surfacelog.schema.limits import MAX_LINE_BYTES
 from surfacelog.session import (
     interrupted_turn_closers,
     replay,
@@ -41,17 +44,22 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 FileArgs = Annotated[list[Path], typer.Argument(help="JSONL session logs", exists=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 LegacyOpt = Annotated[bool, typer.Option("--legacy", help="mark a markerless log first")]
+MaxLineOpt = Annotated[int, typer.Option(
+    "--max-line-bytes", min=1, metavar="BYTES",
+    help="refuse an input line longer than this (the file is read line by line)")]
 
 
 class _Unreadable(SurfacelogError):
     """A file cannot be read, or is not JSONL."""
 
 
-def _read(path: Path, legacy: bool) -> LogFile:
+def _read(path: Path, legacy: bool, max_line_bytes: int = MAX_LINE_BYTES) -> LogFile:
     try:
-        log = read_log(path)
+        log = read_log(path, max_line_bytes=max_line_bytes)
     except OSError as exc:
         raise _Unreadable(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except LineTooLong as exc:
+        raise _Unreadable(f"{exc} (see --max-line-bytes)") from exc
     except LogError as exc:
         if exc.rule == "json":
             raise _Unreadable(f"{path} is not JSONL: {exc}") from exc
@@ -61,8 +69,8 @@ def _read(path: Path, legacy: bool) -> LogFile:
     return log
 
 
-def _fold_one(path: Path, legacy: bool) -> dict[str, Any]:
-    log = _read(path, legacy)
+def _fold_one(path: Path, legacy: bool, max_line_bytes: int) -> dict[str, Any]:
+    log = _read(path, legacy, max_line_bytes)
     session = replay(log.events, log.header)
     return {
         "file": str(path),
@@ -77,17 +85,18 @@ def _fold_one(path: Path, legacy: bool) -> dict[str, Any]:
 
 
 @app.command()
-def fold(files: FileArgs, json: JsonOpt = False, legacy: LegacyOpt = False) -> None:
+def fold(files: FileArgs, json: JsonOpt = False, legacy: LegacyOpt = False,
+         max_line_bytes: MaxLineOpt = MAX_LINE_BYTES) -> None:
     """Replay each log; print its surface (nodes, replacements, message ids).
 
-    Exit 0 when every file was read (valid or not), 2 when one cannot be read or is not
-    JSONL.
+    Exit 0 when every file was read (valid or not), 2 when one cannot be read, is not
+    JSONL or has a line longer than ``--max-line-bytes``, 130 when interrupted.
     """
     console = Console()
     status = 0
     for path in files:
         try:
-            result = _fold_one(path, legacy)
+            result = _fold_one(path, legacy, max_line_bytes)
         except _Unreadable as exc:
             status = 2
             result = {"file": str(path), "ok": False, "error": str(exc), "rule": "unreadable"}
@@ -97,10 +106,10 @@ def fold(files: FileArgs, json: JsonOpt = False, legacy: LegacyOpt = False) -> N
             sys.stdout.write(encode_json(result).decode() + "\n")
             continue
         if not result["ok"]:
-            console.print(f"[red]{path}: invalid[/] ({result['rule']}): {result['error']}",
-                          markup=False)
+            console.print(Text.assemble(text(f"{path}: invalid", "red"),
+                                        text(f" ({result['rule']}): {result['error']}")))
             continue
-        log = _read(path, legacy)
+        log = _read(path, legacy, max_line_bytes)
         session = replay(log.events, log.header)
         console.print(surface_tree(
             f"{path}: {len(log.events)} events, {len(result['nodes'])} nodes, "
@@ -112,19 +121,22 @@ def fold(files: FileArgs, json: JsonOpt = False, legacy: LegacyOpt = False) -> N
 
 @app.command()
 def repair(file: Annotated[Path, typer.Argument(help="JSONL session log")],
-           json: JsonOpt = False, legacy: LegacyOpt = False) -> None:
+           json: JsonOpt = False, legacy: LegacyOpt = False,
+           max_line_bytes: MaxLineOpt = MAX_LINE_BYTES) -> None:
     """Print the events that close the log's interrupted turn (empty when none).
 
-    Exit 2 when the file cannot be read or is not JSONL, 1 when the log is invalid.
+    Exit 2 when the file cannot be read, is not JSONL or has a line longer than
+    ``--max-line-bytes``, 1 when the log is invalid (data nested deeper than the
+    nesting limit included), 130 when interrupted.
     """
     try:
-        log = _read(file, legacy)
+        log = _read(file, legacy, max_line_bytes)
         replay(log.events, log.header)
     except _Unreadable as exc:
-        typer.echo(str(exc), err=True)
+        echo(exc, err=True)
         raise typer.Exit(2) from exc
     except LogError as exc:
-        typer.echo(f"invalid log ({exc.rule}): {exc}", err=True)
+        echo(f"invalid log ({exc.rule}): {exc}", err=True)
         raise typer.Exit(1) from exc
     closers = interrupted_turn_closers(log.events)
     if json:
@@ -134,7 +146,7 @@ def repair(file: Annotated[Path, typer.Argument(help="JSONL session log")],
     if not closers:
         console.print("the last turn is closed: nothing to repair")
     for event in closers:
-        console.print(encode_json(event).decode(), markup=False, soft_wrap=True)
+        console.print(text(encode_json(event).decode()), soft_wrap=True)
 
 
 # -- store commands -------------------------------------------------------------------
@@ -169,26 +181,46 @@ def _either(command: str, db: str | None, shards: Path | None) -> ShardMap | Non
     try:
         return load_shard_map(shards)
     except ShardConfigError as exc:
-        message = str(exc).replace("\n", " ")
-        typer.echo(f"bad shard configuration: {message}", err=True)
+        echo(f"bad shard configuration: {exc}", err=True)
         raise typer.Exit(2) from exc
     except OSError as exc:
-        typer.echo(f"cannot read shard configuration {shards}: {exc.strerror or exc}",
-                   err=True)
+        echo(f"cannot read shard configuration {shards}: {exc.strerror or exc}", err=True)
         raise typer.Exit(2) from exc
 
 
 def _fail(exc: Exception) -> typer.Exit:
     """Print ``exc`` on one line; the exit (status 1) to raise."""
-    typer.echo(str(exc).replace("\n", " "), err=True)
+    echo(exc, err=True)
     return typer.Exit(1)
 
 
-async def _open_store(db: Path, *, create: bool) -> SqliteEventStore:
+class _CannotOpen(SurfacelogError):
+    """A store a command needs cannot be opened (exit 2)."""
+
+
+async def _open_store(db: Path, *, create: bool = False, read_only: bool = False,
+                      keep_failed: bool = True) -> SqliteEventStore:
+    """Open ``db``; read-only commands pass ``read_only`` (a SQLite ``mode=ro`` open:
+    never created, never written). Raises ``_CannotOpen`` with a one-line message: a
+    missing database ("no database at DB"), a file of another build, a foreign,
+    truncated or unreadable file."""
     try:
-        return await SqliteEventStore.open(db, create=create)
+        return await SqliteEventStore.open(db, create=create, read_only=read_only,
+                                           keep_failed=keep_failed)
+    except FileNotFoundError as exc:
+        raise _CannotOpen(f"cannot open store {db}: no database at {db} (nothing was "
+                          f"created)") from exc
     except (StoreError, OSError) as exc:
-        typer.echo(f"cannot open store {db}: {exc}", err=True)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise _CannotOpen(f"cannot open store {db}: {reason}") from exc
+
+
+def _run_on_store(work: Any) -> Any:
+    """``asyncio.run(work)``, turning ``_CannotOpen`` into its one line and exit 2."""
+    try:
+        return asyncio.run(work)
+    except _CannotOpen as exc:
+        echo(exc, err=True)
         raise typer.Exit(2) from exc
 
 
@@ -197,7 +229,18 @@ def _write(content: bytes, output: Path | None) -> None:
         sys.stdout.buffer.write(content)
         sys.stdout.flush()
     else:
-        output.write_bytes(content)
+        write_atomic(output, content)
+
+
+def _check_output(output: Path | None, databases: list[str], force: bool) -> None:
+    """Refuse (exit 2, one line) an output that would destroy data: see ``outputs``."""
+    if output is None:
+        return
+    try:
+        check_output(output, databases=databases, force=force)
+    except OutputError as exc:
+        echo(exc, err=True)
+        raise typer.Exit(2) from exc
 
 
 @app.command()
@@ -206,14 +249,22 @@ def export(db: DbArg = None,
                metavar="SESSION", show_default=False, help="session id")] = None,
            output: Annotated[Path | None, typer.Option("-o", "--output",
                                                        help="write here, not stdout")] = None,
-           shards: ShardsOpt = None) -> None:
+           shards: ShardsOpt = None,
+           force: Annotated[bool, typer.Option(
+               "--force", help="replace an existing output file (never a database)")
+           ] = False) -> None:
     """Write a stored session as DSH JSONL: its header line, then one event per line.
     With ``--shards FILE`` (then ``export --shards FILE SESSION``): from the shard that
-    holds it, found among its candidate shards.
+    holds it, found among its candidate shards. The store is opened read-only.
+
+    ``-o FILE`` is refused when it is the database (or its -wal/-shm file), any SQLite
+    database, or an existing file without ``--force``; it is written to a temporary
+    file in the same directory and renamed, so it is never left half-written.
 
     Exit 1 when the session is missing or unreadable (or, with ``--shards``, a shard
-    file it may be on cannot be opened), 2 when the store cannot be opened, on a usage
-    error or a bad shard configuration.
+    file it may be on cannot be opened) or the output cannot be written, 2 when the
+    store cannot be opened, the output is refused, on a usage error or a bad shard
+    configuration.
     """
     if (shards is not None and session is None and db is not None
             and not _is_sqlite(Path(db))):
@@ -222,9 +273,12 @@ def export(db: DbArg = None,
     if session is None:
         raise _usage("export", "missing argument SESSION")
     session_id = session
+    databases = ([db] if db is not None else
+                 [s.path for s in shard_map.shards] if shard_map is not None else [])
+    _check_output(output, databases, force)
 
     async def run_one(db_path: Path) -> bytes:
-        store = await _open_store(db_path, create=False)
+        store = await _open_store(db_path, read_only=True)
         try:
             return await export_session(store, session_id)
         finally:
@@ -238,24 +292,30 @@ def export(db: DbArg = None,
     try:
         if shard_map is None:
             assert db is not None
-            content = asyncio.run(run_one(Path(db)))
+            content = _run_on_store(run_one(Path(db)))
         else:
             content = asyncio.run(run_sharded(ShardedStores(shard_map)))
-    except StoreError as exc:
+        _write(content, output)
+    except (StoreError, OutputError) as exc:
         raise _fail(exc) from exc
-    _write(content, output)
 
 
 @app.command(name="import")
 def import_(db: DbArg = None,
             files: Annotated[list[Path] | None, typer.Argument(
                 metavar="FILE", show_default=False, help="JSONL session logs")] = None,
-            legacy: LegacyOpt = False, shards: ShardsOpt = None) -> None:
+            legacy: LegacyOpt = False, shards: ShardsOpt = None,
+            max_line_bytes: MaxLineOpt = MAX_LINE_BYTES) -> None:
     """Store each JSONL log as a new session (its header line's id, else the file name
     without extension), after validating it through the core. With ``--shards FILE``
     (then ``import --shards FILE FILE...``): each session goes to its home shard (its
     file created when missing), after checking that no other candidate shard holds the
     id; nothing is ever created on another shard.
+
+    Each file is read line by line (``--max-line-bytes``) and stored in one
+    transaction: a file reported "not imported" left nothing stored, and nothing of it
+    is written later (a failed commit, e.g. on a full disk, is not retried with the
+    next file), so importing it again later stores it.
 
     Exit 0 when every file was imported, 1 when a log is invalid or its session already
     exists (or, with ``--shards``, a shard file cannot be opened), 2 when a file cannot
@@ -273,7 +333,7 @@ def import_(db: DbArg = None,
         raise _usage("import", "missing argument FILE...")
 
     async def store_one(path: Path, store: SqliteEventStore | ShardedStores) -> str:
-        log = _read(path, legacy)
+        log = _read(path, legacy, max_line_bytes)
         if isinstance(store, ShardedStores):
             shard, header = await store.import_log(log, path)
             return (f"{path}: imported as session {header.id} on shard {shard.name} "
@@ -286,26 +346,26 @@ def import_(db: DbArg = None,
         store: SqliteEventStore | ShardedStores
         if shard_map is None:
             assert db is not None
-            store = await _open_store(Path(db), create=True)
+            store = await _open_store(Path(db), create=True, keep_failed=False)
         else:
-            store = ShardedStores(shard_map)
+            store = ShardedStores(shard_map, read_only=False, keep_failed=False)
         try:
             for path in paths:
                 try:
                     done = await store_one(path, store)
                 except _Unreadable as exc:
-                    typer.echo(str(exc), err=True)
+                    echo(exc, err=True)
                     status = 2
                 except (LogError, StoreError) as exc:
-                    typer.echo(f"{path}: not imported: {exc}", err=True)
+                    echo(f"{path}: not imported: {exc}", err=True)
                     status = max(status, 1)
                 else:
-                    typer.echo(done)
+                    echo(done)
         finally:
             await store.close()
         return status
 
-    raise typer.Exit(asyncio.run(run()))
+    raise typer.Exit(_run_on_store(run()))
 
 
 def _is_sqlite(path: Path) -> bool:
@@ -326,9 +386,14 @@ def verify(db: DbArg = None, shards: ShardsOpt = None) -> None:
     shard, then every id stored on more than one shard and every session stored on a
     shard that is not one of its candidates (both are failures).
 
+    The store is opened read-only. A session that cannot be read (a corrupted page,
+    data nested deeper than the nesting limit...) is reported and the others are
+    still checked.
+
     Exit 0 when every session loads, 1 when one does not (or, with ``--shards``, a shard
     file cannot be opened, an id is on two shards or a session is misplaced), 2 when the
-    store cannot be opened, on a usage error or a bad shard configuration.
+    store cannot be opened (missing, foreign, another version, truncated), on a usage
+    error or a bad shard configuration.
     """
     shard_map = _either("verify", db, shards)
     if shard_map is not None:
@@ -336,17 +401,21 @@ def verify(db: DbArg = None, shards: ShardsOpt = None) -> None:
 
     async def run() -> tuple[int, list[VerifyFailure]]:
         assert db is not None
-        store = await _open_store(Path(db), create=False)
+        store = await _open_store(Path(db), read_only=True)
         try:
             return await verify_store(store)
         finally:
             await store.close()
 
-    checked, failures = asyncio.run(run())
+    try:
+        checked, failures = _run_on_store(run())
+    except StoreError as exc:  # the sessions cannot even be listed
+        echo(f"FAIL {db}: cannot list its sessions: {exc}")
+        raise typer.Exit(1) from exc
     for failure in failures:
         where = "-" if failure.seq is None else str(failure.seq)
-        typer.echo(f"FAIL session {failure.session_id} seq {where}: {failure.message}")
-    typer.echo(f"{checked} session(s) checked, {len(failures)} failed")
+        echo(f"FAIL session {failure.session_id} seq {where}: {failure.message}")
+    echo(f"{checked} session(s) checked, {len(failures)} failed")
     raise typer.Exit(1 if failures else 0)
 
 
@@ -357,23 +426,23 @@ def _verify_shards(shard_map: ShardMap) -> int:
     for report in result.shards:
         if report.error is not None:
             unreadable += 1
-            typer.echo(f"FAIL shard {report.shard}: {report.error}")
+            echo(f"FAIL shard {report.shard}: {report.error}")
             continue
         for failure in report.failures:
             where = "-" if failure.seq is None else str(failure.seq)
-            typer.echo(f"FAIL shard {report.shard} session {failure.session_id} "
-                       f"seq {where}: {failure.message}")
+            echo(f"FAIL shard {report.shard} session {failure.session_id} "
+                 f"seq {where}: {failure.message}")
         checked += report.checked
         failed += len(report.failures)
-        typer.echo(f"shard {report.shard} ({report.path}): {report.checked} session(s) "
-                   f"checked, {len(report.failures)} failed")
+        echo(f"shard {report.shard} ({report.path}): {report.checked} session(s) "
+             f"checked, {len(report.failures)} failed")
     for session_id, holders in result.duplicates.items():
-        typer.echo(f"FAIL session {session_id} is stored on {len(holders)} shards: "
-                   f"{', '.join(holders)}")
+        echo(f"FAIL session {session_id} is stored on {len(holders)} shards: "
+             f"{', '.join(holders)}")
     for wrong in result.misplaced:
-        typer.echo(f"FAIL session {wrong.session_id} is stored on shard {wrong.shard}, "
-                   f"not one of its candidate shards ({', '.join(wrong.candidates)})")
-    typer.echo(f"{checked} session(s) checked on {len(result.shards)} shard(s), "
+        echo(f"FAIL session {wrong.session_id} is stored on shard {wrong.shard}, "
+             f"not one of its candidate shards ({', '.join(wrong.candidates)})")
+    echo(f"{checked} session(s) checked on {len(result.shards)} shard(s), "
                f"{failed} failed, {unreadable} shard(s) unreadable, "
                f"{len(result.duplicates)} id(s) on several shards, "
                f"{len(result.misplaced)} misplaced")
@@ -387,25 +456,45 @@ def digest(db: DbArg = None, json: JsonOpt = False, shards: ShardsOpt = None) ->
     With ``--shards FILE``: every shard's sessions, ordered by session id, each naming
     its shard (``--json``: a list of ``{"session", "shard", "digest"}``).
 
-    With ``--shards``, exit 1 when a shard file cannot be opened or a session does not
-    load, 2 on a usage error or a bad shard configuration."""
+    The store is opened read-only. A session that cannot be read is reported on stderr
+    (``FAIL session ID: why``) and left out; the others are digested.
+
+    Exit 0 when every session was digested, 1 when one could not be read (or, with
+    ``--shards``, a shard file cannot be opened), 2 when the store cannot be opened
+    (missing, foreign, another version, truncated), on a usage error or a bad shard
+    configuration."""
     from rich.table import Column, Table
 
-    from surfacelog.store.digests import shard_digests, store_digests
+    from surfacelog.store.digests import shard_digests, store_digest_report
 
     shard_map = _either("digest", db, shards)
     if shard_map is None:
         assert db is not None
-        digests = asyncio.run(store_digests(db))
+
+        async def report() -> Any:
+            store = await _open_store(Path(db), read_only=True)
+            try:
+                return await store_digest_report(store)
+            finally:
+                await store.close()
+
+        try:
+            digests, failures = _run_on_store(report())
+        except StoreError as exc:
+            raise _fail(exc) from exc
+        for failure in failures:
+            echo(f"FAIL session {failure.session_id}: {failure.message}", err=True)
         if json:
             sys.stdout.write(encode_json(msgspec.to_builtins(digests)).decode() + "\n")
-            return
-        table = Table("session", "events", "nodes", "generation", "messages", "sha256")
+            raise typer.Exit(1 if failures else 0)
+        table = Table(Column("session", overflow="fold"), "events", "nodes", "generation",
+                      "messages", "sha256")
         for sid, d in digests.items():
-            table.add_row(sid, str(d.length), str(len(d.nodes)), str(d.replace_generation),
-                          str(len(d.message_ids)), d.messages_sha256[:16])
+            table.add_row(text(sid), str(d.length), str(len(d.nodes)),
+                          str(d.replace_generation), str(len(d.message_ids)),
+                          d.messages_sha256[:16])
         Console().print(table)
-        return
+        raise typer.Exit(1 if failures else 0)
     try:
         entries = asyncio.run(shard_digests(shard_map))
     except StoreError as exc:
@@ -417,7 +506,7 @@ def digest(db: DbArg = None, json: JsonOpt = False, shards: ShardsOpt = None) ->
                   "generation", "messages", "sha256")
     for entry in entries:
         d = entry.digest
-        table.add_row(Text(entry.session), Text(entry.shard), str(d.length),
+        table.add_row(text(entry.session), text(entry.shard), str(d.length),
                       str(len(d.nodes)), str(d.replace_generation),
                       str(len(d.message_ids)), d.messages_sha256[:16])
     Console().print(table)
@@ -442,8 +531,12 @@ def inspect(db: DbArg = None,
     With ``--shards FILE`` (then ``inspect --shards FILE [SESSION]``): the sessions of
     every shard merged by id with a shard column, one page at a time (``--limit``,
     ``--after``; the table ends with the command for the next page), or SESSION found
-    on its shard. Exit 1 when the session is missing or a shard file cannot be opened,
-    2 on a usage error or a bad shard configuration."""
+    on its shard. The store is opened read-only; a session that cannot be read is
+    listed as unreadable and the others are shown.
+
+    Exit 1 when the session is missing or unreadable (or one of the table's), or a
+    shard file cannot be opened, 2 when the store cannot be opened (missing, foreign,
+    another version, truncated), on a usage error or a bad shard configuration."""
     from surfacelog.cli.inspection import inspect_db, inspect_shards
 
     if shards is not None and db is not None:
@@ -455,7 +548,18 @@ def inspect(db: DbArg = None,
         if limit is not None or after is not None:
             raise _usage("inspect", "--limit and --after page the --shards table")
         assert db is not None
-        raise typer.Exit(inspect_db(db, session, at, Console()))
+
+        async def opened() -> SqliteEventStore:
+            return await _open_store(Path(db), read_only=True)
+
+        try:
+            status = inspect_db(db, session, at, Console(), opener=opened)
+        except _CannotOpen as exc:
+            echo(exc, err=True)
+            raise typer.Exit(2) from exc
+        except StoreError as exc:
+            raise _fail(exc) from exc
+        raise typer.Exit(status)
     assert shards is not None
     try:
         status = inspect_shards(shard_map, str(shards), session, at,
@@ -492,6 +596,38 @@ vars(run)["__signature__"] = _fields_as_options(RunConfig)
 app.command()(run)
 
 
+_interrupted = False
+
+
+def _on_interrupt(signum: int, frame: object) -> None:
+    """The first Ctrl-C interrupts the command; later ones are ignored while it cleans
+    up (closing its store), so that it ends with one line, not a traceback."""
+    global _interrupted
+    _interrupted = True
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point. Ctrl-C (once or repeatedly) ends every command but
+    ``run`` (which reports what it did first) with ``surfacelog: interrupted`` on
+    stderr and exit status 130, never a traceback."""
+    if sys.argv[1:2] != ["run"]:
+        signal.signal(signal.SIGINT, _on_interrupt)
+    try:
+        app()
+    except KeyboardInterrupt:
+        _interrupted_exit()
+    except SystemExit as exc:
+        if _interrupted and exc.code in (130, 1):
+            _interrupted_exit()
+        raise
+
+
+def _interrupted_exit() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        sys.stderr.write("surfacelog: interrupted\n")
+        sys.stderr.flush()
+    finally:
+        raise SystemExit(130)

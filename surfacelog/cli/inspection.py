@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 import datetime
 import shlex
+from collections.abc import Awaitable, Callable
 
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from rich.table import Column, Table
 
-from surfacelog.cli.render import surface_tree
+from surfacelog.cli.render import surface_tree, text
 from surfacelog.session.session import Session
-from surfacelog.store.base import SessionNotFound
+from surfacelog.store.base import SessionNotFound, StoreError
 from surfacelog.store.sharded import ShardedStores
 from surfacelog.store.shards import ShardMap
 from surfacelog.store.sqlite import SqliteEventStore
@@ -36,8 +36,8 @@ def _print_surface(session: Session, session_id: str, at: int | None, where: str
         title = f"{session_id}{where}: {snap.length} events"
     else:
         if not 0 <= at < len(session):
-            console.print(f"[red]--at {at} is not a seq of {session_id!r} "
-                          f"(0..{len(session) - 1})[/]")
+            console.print(text(f"--at {at} is not a seq of {session_id!r} "
+                               f"(0..{len(session) - 1})", "red"))
             return 1
         snap = session.surface_at(at)
         title = f"{session_id}{where} as of seq {at}"
@@ -47,33 +47,59 @@ def _print_surface(session: Session, session_id: str, at: int | None, where: str
     return 0
 
 
-async def _inspect(db: str, session_id: str | None, at: int | None, console: Console) -> int:
-    store = await SqliteEventStore.open(db)
+Opener = Callable[[], Awaitable[SqliteEventStore]]
+
+
+async def _open_read_only(db: str) -> SqliteEventStore:
+    return await SqliteEventStore.open(db, read_only=True)
+
+
+async def _inspect(db: str, session_id: str | None, at: int | None, console: Console,
+                   opener: Opener) -> int:
+    store = await opener()
     try:
         if session_id is None:
-            table = Table("session", "events", "surface nodes", "replace gen",
-                          "last activity (UTC)", title=db)
+            table = Table(Column("session", overflow="fold"), "events", "surface nodes",
+                          "replace gen", "last activity (UTC)", title=text(db))
+            unreadable: list[str] = []
             for info in await store.list_sessions():
-                session = await store.load(info.id)
+                try:
+                    session = await store.load(info.id)
+                except StoreError as exc:  # CorruptStore, a corrupted page...
+                    unreadable.append(f"session {info.id}: {exc}")
+                    table.add_row(text(info.id), text("unreadable", "red"), "-", "-",
+                                  _when(info.last_time))
+                    continue
                 snap = session.snapshot()
-                table.add_row(info.id, str(snap.length), str(len(snap.nodes)),
+                table.add_row(text(info.id), str(snap.length), str(len(snap.nodes)),
                               str(snap.replace_generation), _when(info.last_time))
             console.print(table)
-            return 0
+            for problem in unreadable:
+                console.print(text(f"unreadable {problem}", "red"), soft_wrap=True)
+            return 1 if unreadable else 0
         try:
             session = await store.load(session_id)
         except SessionNotFound:
-            console.print(f"[red]no session {session_id!r} in {db}[/]")
+            console.print(text(f"no session {session_id!r} in {db}", "red"))
+            return 1
+        except StoreError as exc:
+            console.print(text(f"session {session_id!r} in {db} cannot be read: {exc}",
+                               "red"), soft_wrap=True)
             return 1
         return _print_surface(session, session_id, at, "", console)
     finally:
         await store.close()
 
 
-def inspect_db(db: str, session_id: str | None, at: int | None, console: Console) -> int:
-    """Print the sessions table or one session's surface tree; returns the exit status.
-    Raises ``VersionRefused`` for a database of another build."""
-    return asyncio.run(_inspect(db, session_id, at, console))
+def inspect_db(db: str, session_id: str | None, at: int | None, console: Console,
+               opener: Opener | None = None) -> int:
+    """Print the sessions table or one session's surface tree; returns the exit status
+    (1: no such session, or one that cannot be read). The store is opened by
+    ``opener`` (default: read-only). Raises what opening raises (``VersionRefused``,
+    ``FileNotFoundError``, ``StoreError``), ``StoreError`` when the sessions cannot be
+    listed."""
+    return asyncio.run(_inspect(db, session_id, at, console,
+                                opener or (lambda: _open_read_only(db))))
 
 
 async def _inspect_shards(shard_map: ShardMap, config: str, session_id: str | None,
@@ -84,8 +110,8 @@ async def _inspect_shards(shard_map: ShardMap, config: str, session_id: str | No
             try:
                 shard = await stores.find(session_id)
             except SessionNotFound as exc:
-                console.print(f"no session {session_id!r} in {config}: {exc}",
-                              style="red", markup=False)
+                console.print(text(f"no session {session_id!r} in {config}: {exc}",
+                                   "red"))
                 return 1
             session = await (await stores.store(shard)).load(session_id)
             return _print_surface(session, session_id, at, f" (shard {shard.name})", console)
@@ -94,21 +120,21 @@ async def _inspect_shards(shard_map: ShardMap, config: str, session_id: str | No
         if after is not None:
             title += f", sessions after {after!r}"
         table = Table("session", "shard", "events", "surface nodes", "replace gen",
-                      "last activity (UTC)", title=Text(title))
+                      "last activity (UTC)", title=text(title))
         for entry in page.entries:
             store = await stores.store(shard_map.get(entry.shard))
             snap = (await store.load(entry.info.id)).snapshot()
-            table.add_row(Text(entry.info.id), Text(entry.shard), str(snap.length),
+            table.add_row(text(entry.info.id), text(entry.shard), str(snap.length),
                           str(len(snap.nodes)), str(snap.replace_generation),
                           _when(entry.info.last_time))
         console.print(table)
         if page.next_after is None:
             console.print(f"{len(page.entries)} session(s) listed: this is the last page")
         else:
-            console.print(
+            console.print(text(
                 f"{len(page.entries)} session(s) listed; next page: surfacelog inspect "
                 f"--shards {shlex.quote(config)} --limit {limit} "
-                f"--after {shlex.quote(page.next_after)}", markup=False, soft_wrap=True)
+                f"--after {shlex.quote(page.next_after)}"), soft_wrap=True)
         return 0
 
 

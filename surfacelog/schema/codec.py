@@ -15,16 +15,22 @@ type.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
-from surfacelog.schema.errors import DecodeError
+from surfacelog.schema.errors import DecodeError, InvalidArgument, LineTooLong
 from surfacelog.schema.events import Event, surface_op_from_json
 from surfacelog.schema.header import SessionHeader, header_from_json, header_to_json
+from surfacelog.schema.limits import (
+    MAX_LINE_BYTES,
+    MAX_NESTING,
+    nesting_depth,
+    nesting_error,
+)
 
 JSON_ENCODER: Final = msgspec.json.Encoder()
 """The package's JSON encoder: any JSON value or struct, as compact JSON bytes."""
@@ -120,8 +126,14 @@ def encode_json(value: object) -> bytes:
 
 
 def decode_json(data: bytes | str) -> Any:
-    """Decode a JSON document into plain Python values."""
-    return JSON_DECODER.decode(data)
+    """Decode a JSON document into plain Python values. Raises ``DecodeError`` (rule
+    ``json``; ``NestingError`` for one too deep for Python to hold)."""
+    try:
+        return JSON_DECODER.decode(data)
+    except msgspec.DecodeError as exc:
+        raise DecodeError("json", f"not JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise nesting_error(None, None) from exc
 
 
 class LogFile(Struct, frozen=True):
@@ -141,34 +153,86 @@ def _is_header_line(line: bytes) -> bool:
     return isinstance(value, dict) and value.get("type") == "session"
 
 
-def decode_log(content: bytes) -> LogFile:
-    """Decode JSONL: an optional header line, then one event per line; blank lines are
-    skipped. Raises ``DecodeError`` naming the line number of the first bad line."""
-    # Line numbers are physical (blank lines count) so that an error names the line an
-    # editor shows. Each line is decoded on its own: decoding the lines joined into one
-    # JSON array would accept an event split over two lines, which is not JSONL.
-    numbered = [(n, line) for n, line in enumerate(content.splitlines(), 1) if line.strip()]
+def _slow_line(line: bytes, n: int) -> Event:
+    """One event line the strict decoder refused (or holding ``-0``)."""
+    return decode_event(line, f"line {n}")
+
+
+def _decode_lines(numbered: Iterable[tuple[int, bytes]]) -> LogFile:
+    """Decode physical lines (line numbers count blank lines, so that an error names
+    the line an editor shows): an optional header line, then one event per non-blank
+    line. Each line is decoded on its own: decoding the lines joined into one JSON
+    array would accept an event split over two lines, which is not JSONL. A line with
+    more opening brackets than ``MAX_NESTING`` has its data's depth checked."""
     header: SessionHeader | None = None
-    if numbered and _is_header_line(numbered[0][1]):
-        header = header_from_json(JSON_DECODER.decode(numbered[0][1]))
-        numbered = numbered[1:]
     events: list[Event] = []
     append = events.append
     decode = _EVENT_DECODER.decode
-    for n, line in numbered:
-        if b"-0" not in line:
-            try:
-                append(decode(line))
+    first = True
+    n = 0
+    try:
+        for n, line in numbered:
+            if not line.strip():
                 continue
-            except msgspec.DecodeError:
-                pass
-        append(decode_event(line, f"line {n}"))
+            if first:
+                first = False
+                if _is_header_line(line):
+                    header = header_from_json(JSON_DECODER.decode(line))
+                    continue
+            if b"-0" not in line:
+                try:
+                    event = decode(line)
+                except msgspec.DecodeError:
+                    event = _slow_line(line, n)
+            else:
+                event = _slow_line(line, n)
+            if line.count(b"[") + line.count(b"{") > MAX_NESTING and \
+                    nesting_depth(event.data) > MAX_NESTING:
+                raise nesting_error(event.type, event.seq, prefix=f"line {n}: ")
+            append(event)
+    except RecursionError as exc:  # msgspec's own limit, far past ours
+        raise nesting_error(None, None, prefix=f"line {n}: ") from exc
     return LogFile(header, events)
 
 
-def read_log(path: str | Path) -> LogFile:
-    """Read a JSONL session log file. Raises ``OSError`` or ``DecodeError``."""
-    return decode_log(Path(path).read_bytes())
+def decode_log(content: bytes) -> LogFile:
+    """Decode JSONL: an optional header line, then one event per line; blank lines are
+    skipped. Raises ``DecodeError`` naming the line number of the first bad line
+    (``NestingError`` for data nested deeper than ``MAX_NESTING``)."""
+    return _decode_lines(enumerate(content.splitlines(), 1))
+
+
+def _file_lines(handle: BinaryIO, path: str | Path,
+                max_line_bytes: int) -> Iterator[tuple[int, bytes]]:
+    n = 0
+    while True:
+        line = handle.readline(max_line_bytes + 2)  # the line and \r\n at most
+        if not line:
+            return
+        n += 1
+        body = line.rstrip(b"\r\n")
+        if len(body) > max_line_bytes:
+            raise LineTooLong("line-length", f"{path}: line {n} is longer than "
+                              f"{max_line_bytes} bytes (the line limit)")
+        if b"\r" in body:  # splitlines() also splits at a lone \r, as decode_log does
+            parts = body.splitlines()
+            for k, part in enumerate(parts):
+                yield n + k, part
+            n += max(len(parts) - 1, 0)
+        else:
+            yield n, body
+
+
+def read_log(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> LogFile:
+    """Read a JSONL session log file, streamed one line at a time: memory holds one line
+    (at most ``max_line_bytes`` bytes, newline excluded) besides the decoded events.
+    Raises ``OSError``, ``DecodeError`` (``LineTooLong`` naming the file and line for a
+    longer line, after reading no more of it than the limit; ``NestingError``),
+    ``InvalidArgument`` for a limit below 1."""
+    if max_line_bytes < 1:
+        raise InvalidArgument(f"max_line_bytes must be >= 1, got {max_line_bytes}")
+    with Path(path).open("rb") as handle:
+        return _decode_lines(_file_lines(handle, path, max_line_bytes))
 
 
 def encode_log(header: SessionHeader | None, events: Iterable[Event]) -> bytes:

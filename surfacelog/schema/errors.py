@@ -65,6 +65,15 @@ def _rebuild(cls: type[LogError], rule: str, detail: str, event_type: object, se
     return cls(rule, detail, event_type, seq, prefix=prefix)
 
 
+class InvalidArgument(ValueError, SurfacelogError):
+    """A public call was given an argument outside its domain (a negative limit, an
+    unknown option value...). Still a ``ValueError``."""
+
+
+class SeqOutOfRange(IndexError, SurfacelogError):
+    """A seq (or message index) that is not in the log. Still an ``IndexError``."""
+
+
 class DecodeError(LogError):
     """A line is not JSON, not an object of the envelope's keys, or a field has the
     wrong JSON type."""
@@ -72,3 +81,18 @@ class DecodeError(LogError):
 
 class SurfaceError(LogError):
     """A candidate event breaks a rule of SPEC sections 3, 5 or 6."""
+
+
+class NestingError(DecodeError):
+    """A value nests arrays and objects deeper than ``MAX_NESTING`` (rule ``nesting``;
+    see ``surfacelog.schema.limits``)."""
+
+
+class JsonValueError(LogError):
+    """A value given through the Python API that JSON cannot carry exactly: NaN or an
+    infinity, a tuple or set, bytes, a non-string object key, any other Python
+    object (rule ``json-value``)."""
+
+
+class LineTooLong(DecodeError):
+    """An input line is longer than the reader's line limit (rule ``line-length``)."""

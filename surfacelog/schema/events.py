@@ -20,6 +20,7 @@ from typing import Any, Final, Literal, NewType
 from msgspec import UNSET, Struct, UnsetType
 
 from surfacelog.schema import payloads as p
+from surfacelog.schema.errors import InvalidArgument
 from surfacelog.schema.messages import Message
 from surfacelog.schema.payloads import SafeInt, SeqInt
 
@@ -167,13 +168,13 @@ def register_event_type(name: str, payload: type[Struct] | None = None) -> Event
     registered with another payload.
     """
     if "/" not in name:
-        raise ValueError(f"event type {name!r} must be namespaced with '/'")
+        raise InvalidArgument(f"event type {name!r} must be namespaced with '/'")
     if name in SURFACE_ELIGIBLE_TYPES:
-        raise ValueError(f"event type {name!r} is a core surface type")
+        raise InvalidArgument(f"event type {name!r} is a core surface type")
     spec = EventTypeSpec(name, payload)
     known = EVENT_TYPES.get(name)
     if known is not None and known != spec:
-        raise ValueError(f"event type {name!r} is already registered with another payload")
+        raise InvalidArgument(f"event type {name!r} is already registered with another payload")
     EVENT_TYPES[name] = spec
     return spec
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from surfacelog.schema.errors import SeqOutOfRange
 from surfacelog.schema.events import Event
 from surfacelog.session.surface import SurfaceManager
 
@@ -56,7 +57,7 @@ class MessagesView(Sequence[dict[str, Any]]):
         if i < 0:
             i += self._len
         if not 0 <= i < self._len:
-            raise IndexError("message index out of range")
+            raise SeqOutOfRange("message index out of range")
         return self._items[i]
 
     def __iter__(self) -> Any:

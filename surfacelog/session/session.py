@@ -10,7 +10,7 @@ from typing import Any, Literal, overload
 from msgspec import UNSET, Struct, UnsetType
 
 from surfacelog.schema.codec import decode_json, encode_json
-from surfacelog.schema.errors import LogError
+from surfacelog.schema.errors import DecodeError, LogError, SeqOutOfRange
 from surfacelog.schema.events import (
     Event,
     ExtensionType,
@@ -21,6 +21,7 @@ from surfacelog.schema.events import (
     surface_op_from_json,
 )
 from surfacelog.schema.header import SessionHeader
+from surfacelog.schema.limits import check_scalar, own_json
 from surfacelog.session import shapes
 from surfacelog.session.derive import MessageCache, MessagesView, derive_from_nodes
 from surfacelog.session.gcpause import gc_paused
@@ -79,6 +80,19 @@ def _own(value: Any) -> Any:
     return decode_json(encode_json(value))
 
 
+def _own_data(value: Any, event_type: object, seq: int) -> Any:
+    """A private JSON copy of a caller's ``data``, refused (``JsonValueError``,
+    ``NestingError``) when JSON cannot carry it exactly or it nests deeper than
+    ``MAX_NESTING`` (see ``surfacelog.schema.limits``). A scalar (of a subclass too,
+    such as an ``IntEnum``) is kept as it is."""
+    if value is UNSET or value is None or isinstance(value, (str, int, bool)):
+        return value
+    if isinstance(value, float):
+        check_scalar(value, event_type, seq)
+        return value
+    return own_json(value, event_type, seq)
+
+
 def _own_seqs(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(value)
@@ -98,13 +112,14 @@ def build_event(spec: AppendSpec, seq: int, time: int, *, owned: bool = False) -
     kept as it is). Validates nothing: appending the event does. Deterministic, so that
     whoever holds the spec can rebuild what was logged from it."""
     if spec.surface_op is UNSET and spec.source_event_seqs is UNSET:  # most events
-        return Event(spec.type, seq, time, spec.data if owned else _own(spec.data),
+        return Event(spec.type, seq, time,
+                     spec.data if owned else _own_data(spec.data, spec.type, seq),
                      UNSET, UNSET, spec.ignorable)
     return Event(
         type=spec.type,
         seq=seq,
         time=time,
-        data=spec.data if owned else _own(spec.data),
+        data=spec.data if owned else _own_data(spec.data, spec.type, seq),
         source_event_seqs=_own_seqs(spec.source_event_seqs),
         surface_op=_own_op(spec.surface_op),
         ignorable=spec.ignorable,
@@ -166,6 +181,9 @@ class Session:
         return len(self._log)
 
     def event(self, seq: int) -> Event:
+        """The event at ``seq``. Raises ``SeqOutOfRange`` (an ``IndexError``)."""
+        if type(seq) is not int or not 0 <= seq < len(self._log):
+            raise SeqOutOfRange(f"seq {seq!r} is not in this log of {len(self._log)} events")
         return self._log[seq]
 
     def events(self, since_seq: int = 0, limit: int | None = None) -> list[Event]:
@@ -189,7 +207,8 @@ class Session:
     def derive_messages(self, as_of: int | None = None) -> MessagesView:
         """The messages the model sees: now, or as of the prefix ``log[0..as_of]``.
 
-        Raises ``IndexError`` when ``as_of`` is not a seq of this log.
+        Raises ``SeqOutOfRange`` (an ``IndexError``) when ``as_of`` is not a seq of this
+        log.
         """
         if as_of is None:
             return self._cache.derive(self._manager, self._log)
@@ -200,10 +219,11 @@ class Session:
     def surface_at(self, as_of: int) -> SurfaceSnapshot:
         """The surface of the prefix ``log[0..as_of]`` (time travel): resumed from the
         nearest checkpoint (``timetravel.SurfaceHistory``), so a call folds at most
-        ``CHECKPOINT_EVERY`` events. Raises ``IndexError`` when ``as_of`` is not a seq
-        of this log."""
+        ``CHECKPOINT_EVERY`` events. Raises ``SeqOutOfRange`` (an ``IndexError``) when
+        ``as_of`` is not a seq of this log."""
         if type(as_of) is not int or not 0 <= as_of < len(self._log):
-            raise IndexError(f"seq {as_of!r} is not in this log of {len(self._log)} events")
+            raise SeqOutOfRange(f"seq {as_of!r} is not in this log of {len(self._log)} "
+                                f"events")
         nodes, generation = self._history.surface_at(self._log, as_of + 1)
         return SurfaceSnapshot(nodes, generation, as_of + 1)
 
@@ -340,9 +360,13 @@ class Session:
 
 
 def replay(events: Iterable[Event], header: SessionHeader | None = None) -> Session:
-    """A session holding exactly ``events`` (no seed marker added), each validated."""
+    """A session holding exactly ``events`` (no seed marker added), each validated.
+    Raises ``LogError`` (``DecodeError`` for an item that is not an ``Event``)."""
     session = Session(header=header)
     for index, event in enumerate(events):
+        if type(event) is not Event:
+            raise DecodeError("envelope", f"invalid seed event at index {index}: not an "
+                              f"Event but a {type(event).__name__}")
         try:
             session.append_event(event)
         except LogError as exc:

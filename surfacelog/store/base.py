@@ -19,6 +19,7 @@ from typing import final
 
 from msgspec import Struct
 
+from surfacelog.schema.errors import InvalidArgument
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader, check_header
 from surfacelog.session.session import Session
@@ -168,7 +169,7 @@ class EventStore(abc.ABC):
         order (decoded, not validated). Raises ``SessionNotFound``, ``CorruptStore``,
         ``ValueError`` for a negative limit."""
         if limit is not None and limit < 0:
-            raise ValueError(f"limit must be >= 0, got {limit}")
+            raise InvalidArgument(f"limit must be >= 0, got {limit}")
         since = max(since_seq, 0)
         stored = await self.read_stored(session_id, since=since, limit=limit)
         return decode_rows(session_id, stored.rows, since)

@@ -49,10 +49,19 @@ class ConnectionThread:
         self._conn = conn
 
     @classmethod
-    async def open(cls, path: Path) -> ConnectionThread:
-        """Open (creating the file if missing) ``path`` read-write. Raises
+    async def open(cls, path: Path, *, read_only: bool = False,
+                   immutable: bool = False) -> ConnectionThread:
+        """Open (creating the file if missing) ``path`` read-write; with ``read_only``,
+        through a ``mode=ro`` URI that can neither create nor write the database (with
+        ``immutable`` too: SQLite then takes no lock and opens no ``-shm``, for a file
+        on a read-only mount or in a directory it may not write). Raises
         ``sqlite3.Error``."""
-        pending = aiosqlite.connect(path, isolation_level=None, cached_statements=256)
+        target: str | Path = path
+        if read_only:
+            query = "mode=ro&immutable=1" if immutable else "mode=ro"
+            target = f"{path.resolve().as_uri()}?{query}"
+        pending = aiosqlite.connect(target, isolation_level=None, cached_statements=256,
+                                    uri=read_only)
         thread = getattr(pending, "_thread", None)
         if not isinstance(thread, threading.Thread) or thread.is_alive():
             raise RuntimeError("this aiosqlite release does not create its connection "

@@ -5,10 +5,11 @@ from __future__ import annotations
 from msgspec import Struct
 
 from surfacelog.session.digest import SessionDigest, digest
-from surfacelog.store.base import EventStore
+from surfacelog.store.base import CorruptStore, EventStore, StoreError
 from surfacelog.store.sharded import ShardedStores
 from surfacelog.store.shards import ShardMap
 from surfacelog.store.sqlite import SqliteEventStore
+from surfacelog.store.verify import VerifyFailure
 
 
 class ShardDigest(Struct, frozen=True):
@@ -27,10 +28,28 @@ async def session_digest(store: EventStore, session_id: str) -> SessionDigest:
     return digest(snap.length, snap.nodes, snap.replace_generation, session.derive_messages())
 
 
+async def store_digest_report(store: EventStore
+                              ) -> tuple[dict[str, SessionDigest], list[VerifyFailure]]:
+    """The digest of every session of ``store`` that can be read, and one failure per
+    session that cannot (``CorruptStore``, or a ``StoreError`` of the database such
+    as a corrupted page): the others are still digested. Raises ``StoreError`` when
+    the sessions cannot be listed."""
+    digests: dict[str, SessionDigest] = {}
+    failures: list[VerifyFailure] = []
+    for info in await store.list_sessions():
+        try:
+            digests[info.id] = await session_digest(store, info.id)
+        except CorruptStore as exc:
+            failures.append(VerifyFailure(info.id, exc.seq, str(exc)))
+        except StoreError as exc:
+            failures.append(VerifyFailure(info.id, None, f"cannot be read: {exc}"))
+    return digests, failures
+
+
 async def store_digests(db: str) -> dict[str, SessionDigest]:
     """Open ``db``, replay each session through the core, and digest it. Raises
     ``VersionRefused``, ``CorruptStore``."""
-    store = await SqliteEventStore.open(db)
+    store = await SqliteEventStore.open(db, read_only=True)
     try:
         return {info.id: await session_digest(store, info.id)
                 for info in await store.list_sessions()}

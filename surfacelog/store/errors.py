@@ -31,6 +31,11 @@ class CorruptStore(StoreError):
         return (type(self), (self.args[0], self.session_id, self.seq))
 
 
+class DatabaseNotFound(StoreError, FileNotFoundError):
+    """No database file where one must already exist (a read, a read-only open, or
+    ``create=False``); nothing was created. Still a ``FileNotFoundError``."""
+
+
 class VersionRefused(StoreError):
     """The database file was written by another build (bump-and-reject: left untouched)."""
 
@@ -72,6 +77,7 @@ __all__ = [
     "BadEvent",
     "CommitFailed",
     "CorruptStore",
+    "DatabaseNotFound",
     "SeqMismatch",
     "SessionExists",
     "SessionNotFound",

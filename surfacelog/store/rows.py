@@ -22,7 +22,14 @@ import msgspec
 from msgspec import UNSET
 
 from surfacelog.schema.codec import JSON_DECODER, JSON_ENCODER
+from surfacelog.schema.errors import InvalidArgument
 from surfacelog.schema.events import Event, ReplaceOp
+from surfacelog.schema.limits import (
+    MAX_NESTING,
+    may_nest_too_deep,
+    nesting_depth,
+    nesting_error,
+)
 from surfacelog.session.gcpause import gc_paused
 from surfacelog.store.errors import BadEvent, CorruptStore, SeqMismatch
 
@@ -105,15 +112,38 @@ def _datas(events: Sequence[Event]) -> Sequence[str | None]:
     return [None if e.data is UNSET else _json(e.data, e, "data") for e in events]
 
 
+_SHORTEST_TOO_DEEP: Final = 2 * MAX_NESTING + 2
+"""JSON text shorter than this cannot nest deeper than ``MAX_NESTING``."""
+
+
+def _too_deep(text: str) -> bool:
+    """Whether the JSON text ``text`` nests deeper than ``MAX_NESTING`` (one that
+    Python cannot even decode counts as too deep)."""
+    if not may_nest_too_deep(text):
+        return False
+    try:
+        return nesting_depth(JSON_DECODER.decode(text)) > MAX_NESTING
+    except RecursionError:
+        return True
+
+
+def _suspects(datas: Sequence[str | None]) -> list[int]:
+    """The positions of the data texts long enough to nest too deep (cheap: a length
+    test per row; the few long ones are then looked at)."""
+    limit = _SHORTEST_TOO_DEEP
+    return [k for k, d in enumerate(datas) if d is not None and len(d) >= limit]
+
+
 def encode_batch(session_id: str, events: Sequence[Event]) -> EncodedBatch:
     """The rows of ``events``, which must be non-empty with contiguous seqs.
 
     Raises ``SeqMismatch`` when the seqs are not contiguous, ``BadEvent`` when a value
-    cannot be written as JSON. Types of the other columns are checked by SQLite (the
-    tables are ``STRICT``) when the batch is committed.
+    cannot be written as JSON, ``NestingError`` (a ``LogError`` naming the event) when
+    a ``data`` nests deeper than ``MAX_NESTING``. Types of the other columns are checked
+    by SQLite (the tables are ``STRICT``) when the batch is committed.
     """
     if not events:
-        raise ValueError("an empty batch has no rows")
+        raise InvalidArgument("an empty batch has no rows")
     start = events[0].seq
     if type(start) is not int:
         raise BadEvent(f"{events[0].type} seq {start!r} is not an integer")
@@ -122,6 +152,11 @@ def encode_batch(session_id: str, events: Sequence[Event]) -> EncodedBatch:
         bad = next(i for i, s in enumerate(seqs) if s != start + i)
         raise SeqMismatch(f"session {session_id!r}: batch seqs are not contiguous: seq "
                           f"{seqs[bad]!r} at position {bad}, expected {start + bad}")
+    datas = _datas(events)
+    for k in _suspects(datas):
+        text = datas[k]
+        if text is not None and _too_deep(text):
+            raise nesting_error(events[k].type, events[k].seq)
     enc = JSON_ENCODER.encode
     try:
         rows: list[Row] = [
@@ -130,7 +165,7 @@ def encode_batch(session_id: str, events: Sequence[Event]) -> EncodedBatch:
              None if (o := e.surface_op) is UNSET
              else _APPEND_JSON if o == "append" else enc(o).decode(),
              None if (ig := e.ignorable) is UNSET else 1 if ig is True else ig)
-            for e, data in zip(events, _datas(events), strict=True)
+            for e, data in zip(events, datas, strict=True)
         ]
     except (TypeError, msgspec.EncodeError) as exc:
         raise BadEvent(f"session {session_id!r}: a sourceEventSeqs or surfaceOp of the "
@@ -167,10 +202,18 @@ def _event(row: StoredRow, data: Any) -> Event:
 
 def _decode_one(session_id: str, row: StoredRow) -> Event:
     try:
+        if row[3] is not None and len(row[3]) >= _SHORTEST_TOO_DEEP and _too_deep(row[3]):
+            raise _too_deep_stored(session_id, row)
         return _event(row, UNSET if row[3] is None else JSON_DECODER.decode(row[3]))
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise CorruptStore(f"session {session_id!r} seq {row[0]}: stored event cannot be "
                            f"decoded: {exc}", session_id, row[0]) from exc
+
+
+def _too_deep_stored(session_id: str, row: StoredRow) -> CorruptStore:
+    return CorruptStore(f"session {session_id!r} seq {row[0]}: stored {row[1]} data nests "
+                        f"more than {MAX_NESTING} levels of arrays and objects (the "
+                        f"nesting limit; written by an older build?)", session_id, row[0])
 
 
 def decode_rows(session_id: str, rows: Sequence[StoredRow], first_seq: int) -> list[Event]:
@@ -188,6 +231,10 @@ def decode_rows(session_id: str, rows: Sequence[StoredRow], first_seq: int) -> l
         raise CorruptStore(f"session {session_id!r} seq {expected}: stored row is missing "
                            f"(rows are not contiguous)", session_id, expected)
     datas = [r[3] for r in rows]
+    for k in _suspects(datas):
+        text = datas[k]
+        if text is not None and _too_deep(text):
+            raise _too_deep_stored(session_id, rows[k])
     with gc_paused():
         if None not in datas:
             try:
@@ -195,7 +242,7 @@ def decode_rows(session_id: str, rows: Sequence[StoredRow], first_seq: int) -> l
                 # A bad row can only hide in the joined text by adding or losing elements.
                 if len(values) == len(rows):
                     return [_event(r, d) for r, d in zip(rows, values, strict=True)]
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError):
                 pass  # one bad row: decode one by one below to name it
         return [_decode_one(session_id, r) for r in rows]
 

@@ -18,6 +18,7 @@ from types import TracebackType
 from msgspec import Struct
 
 from surfacelog.schema.codec import LogFile
+from surfacelog.schema.errors import InvalidArgument
 from surfacelog.schema.header import SessionHeader
 from surfacelog.store.base import EventStore, SessionInfo
 from surfacelog.store.errors import SessionExists, SessionNotFound, StoreError
@@ -95,8 +96,14 @@ class ShardedStores:
     anything, and only on the session's home shard.
     """
 
-    def __init__(self, shard_map: ShardMap) -> None:
+    def __init__(self, shard_map: ShardMap, *, read_only: bool = True,
+                 keep_failed: bool = True) -> None:
+        """``read_only`` (default): shard files are opened read-only unless created
+        (``store(shard, create=True)``); ``import`` passes false, as it may write to
+        a shard it has read. ``keep_failed``: see ``SqliteEventStore.open``."""
         self.map = shard_map
+        self._read_only = read_only
+        self._keep_failed = keep_failed
         self._stores: dict[str, SqliteEventStore] = {}
 
     async def __aenter__(self) -> ShardedStores:
@@ -115,7 +122,9 @@ class ShardedStores:
             return store
         where = f"shard {shard.name!r} ({shard.path})"
         try:
-            store = await SqliteEventStore.open(shard.path, create=create)
+            store = await SqliteEventStore.open(
+                shard.path, create=create, read_only=self._read_only and not create,
+                keep_failed=self._keep_failed)
         except FileNotFoundError as exc:
             raise ShardFileError(f"{where}: no database file (shard files must be "
                                  "readable from this machine)") from exc
@@ -159,7 +168,7 @@ class ShardedStores:
         once. Raises ``ValueError`` when ``limit`` < 1, ``ShardFileError``,
         ``StoreError``."""
         if limit < 1:
-            raise ValueError(f"limit must be >= 1, got {limit}")
+            raise InvalidArgument(f"limit must be >= 1, got {limit}")
         entries: list[ShardedSession] = []
         ids = 0
         for entry in await self.list_sessions():

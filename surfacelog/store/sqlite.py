@@ -12,10 +12,11 @@ from typing import Any, Final, Literal, TypeVar
 import msgspec
 
 from surfacelog.schema.codec import JSON_ENCODER
+from surfacelog.schema.errors import InvalidArgument
 from surfacelog.schema.header import SessionHeader, header_to_json
 from surfacelog.store.base import EventStore, SessionInfo
 from surfacelog.store.connection import ConnectionThread
-from surfacelog.store.errors import SessionNotFound, StoreError
+from surfacelog.store.errors import DatabaseNotFound, SessionNotFound, StoreError
 from surfacelog.store.rows import SELECT_EVENTS, EncodedBatch
 from surfacelog.store.schema_check import check_or_initialise, classify, inspect_file, read_shape
 from surfacelog.store.stored import StoredSession
@@ -39,6 +40,13 @@ def _prepare(where: str, synchronous: Synchronous, busy_timeout_ms: int,
         raise StoreError(f"{where}: cannot switch to WAL journal mode (still {mode})")
     conn.execute(f"PRAGMA synchronous = {synchronous}")
     check_or_initialise(conn, where)
+
+
+def _prepare_read_only(where: str, busy_timeout_ms: int, conn: sqlite3.Connection) -> None:
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    if classify(read_shape(conn), where) != "ours":
+        raise StoreError(f"{where} holds no surfacelog store (a blank database); "
+                         f"nothing to read")
 
 
 def _in_transaction(conn: sqlite3.Connection, begin: str, work: Callable[[], T]) -> T:
@@ -122,29 +130,51 @@ class SqliteEventStore(EventStore):
         group_delay_ms: float = 1.0,
         busy_timeout_ms: int = 5000,
         create: bool = True,
+        read_only: bool = False,
+        keep_failed: bool = True,
     ) -> SqliteEventStore:
         """Open the database at ``path``, initialising it when it is missing or blank
-        (unless ``create`` is false: then a missing file raises ``FileNotFoundError``).
+        (unless ``create`` is false: then a missing file raises ``DatabaseNotFound``, a
+        ``FileNotFoundError``).
+
+        ``read_only``: open through a SQLite ``mode=ro`` URI, for reading only (what the
+        CLI's ``inspect``, ``verify``, ``digest`` and ``export`` do): the file is never
+        created (a missing one raises ``FileNotFoundError``) nor initialised (a blank
+        one raises ``StoreError``), and nothing is written, so a file on a read-only
+        mount or without write permission can be read. When SQLite cannot open it so
+        and no ``-wal`` file exists (no writer can be in the middle of a commit), it is
+        opened ``immutable``. Any write raises ``StoreError``.
+
+        ``keep_failed`` (default): a batch whose group commit fails stays queued and is
+        retried (see ``writer``). False: it is dropped and its waiter told that nothing
+        of it was stored, so that a caller reporting the failure (``import``) reports
+        the truth; only for callers that wait for every batch (durable appends).
 
         Raises ``VersionRefused`` for a file of another build (left unmodified),
-        ``StoreError`` when SQLite cannot open it, ``ValueError`` for a bad option.
+        ``StoreError`` when SQLite cannot open it, ``InvalidArgument`` (a ``ValueError``)
+        for a bad option.
         """
         if synchronous not in ("FULL", "NORMAL"):
-            raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
+            raise InvalidArgument(f"synchronous must be 'FULL' or 'NORMAL', got "
+                                  f"{synchronous!r}")
         if busy_timeout_ms < 0:
-            raise ValueError(f"busy_timeout_ms must be >= 0, got {busy_timeout_ms}")
+            raise InvalidArgument(f"busy_timeout_ms must be >= 0, got {busy_timeout_ms}")
         path = Path(path)
-        if not create and not path.exists():
-            raise FileNotFoundError(f"no database at {path}")
+        if (read_only or not create) and not path.exists():
+            raise DatabaseNotFound(f"no database at {path}")
         await asyncio.to_thread(inspect_file, path)
+        if read_only:
+            conn = await _open_read_only(path, busy_timeout_ms)
+        else:
+            try:
+                conn = await ConnectionThread.open(path)
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot open {path}: {exc}") from exc
         try:
-            conn = await ConnectionThread.open(path)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open {path}: {exc}") from exc
-        try:
-            await conn.run(partial(_prepare, str(path), synchronous, busy_timeout_ms))
+            if not read_only:
+                await conn.run(partial(_prepare, str(path), synchronous, busy_timeout_ms))
             writer = GroupWriter(conn, max_events=group_max_events,
-                                 delay=group_delay_ms / 1000)
+                                 delay=group_delay_ms / 1000, keep_failed=keep_failed)
         except BaseException:
             await conn.close()
             raise
@@ -246,6 +276,39 @@ class SqliteEventStore(EventStore):
             return await self._conn.run(fn)
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: {what} failed: {exc}") from exc
+
+
+async def _open_read_only(path: Path, busy_timeout_ms: int) -> ConnectionThread:
+    """A ``mode=ro`` connection to ``path``, checked to hold our store; ``immutable``
+    when the plain read-only open fails and no ``-wal`` file exists. Raises
+    ``StoreError``, ``VersionRefused``."""
+    prepare = partial(_prepare_read_only, str(path), busy_timeout_ms)
+    wal = path.with_name(path.name + "-wal")
+    try:
+        conn = await ConnectionThread.open(path, read_only=True)
+        try:
+            await conn.run(prepare)
+            return conn
+        except BaseException:
+            await conn.close()
+            raise
+    except sqlite3.Error as exc:
+        if wal.exists():
+            raise StoreError(f"cannot open {path} read-only: {exc}") from exc
+        first = exc
+    try:
+        conn = await ConnectionThread.open(path, read_only=True, immutable=True)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open {path} read-only: {first}; {exc}") from exc
+    try:
+        await conn.run(prepare)
+    except sqlite3.Error as exc:
+        await conn.close()
+        raise StoreError(f"cannot open {path} read-only: {exc}") from exc
+    except BaseException:
+        await conn.close()
+        raise
+    return conn
 
 
 def sqlite_backend(path: str | Path, **options: Any) -> Callable[[], Awaitable[EventStore]]:

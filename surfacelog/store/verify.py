@@ -31,8 +31,10 @@ async def verify_store(store: EventStore) -> tuple[int, list[VerifyFailure]]:
     decoding, contiguity, row count, every rule of the log), read-only.
 
     Returns how many sessions were checked and one failure per session that does not
-    load, in session id order (the first failing seq of a session hides later ones).
-    Raises ``StoreError`` for a failure of the database itself.
+    load, in session id order (the first failing seq of a session hides later ones). A
+    session the database cannot read (a corrupted page: ``StoreError``) is a failure
+    too, and the others are still checked. Raises ``StoreError`` when the sessions
+    cannot even be listed.
     """
     failures = []
     sessions = await store.list_sessions()
@@ -41,6 +43,8 @@ async def verify_store(store: EventStore) -> tuple[int, list[VerifyFailure]]:
             await store.load(info.id)
         except CorruptStore as exc:
             failures.append(VerifyFailure(info.id, exc.seq, str(exc)))
+        except StoreError as exc:
+            failures.append(VerifyFailure(info.id, None, f"cannot be read: {exc}"))
     return len(sessions), failures
 
 

@@ -22,7 +22,9 @@ whose rows SQLite refuses) is rolled back to its savepoint and fails alone; the 
 of the group commit. When the COMMIT itself fails (disk I/O error, database locked...)
 the whole group is rolled back, every batch stays queued in order, each waiter gets a
 ``CommitFailed``, and the next append or ``flush`` tries again (a create too: its
-session may then exist after its creator was told the commit failed).
+session may then exist after its creator was told the commit failed). A writer made
+with ``keep_failed=False`` (the CLI's ``import``) drops the batches of a failed group
+instead, so that what its caller reports is what is stored.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import NamedTuple
 
 from msgspec import Struct
 
+from surfacelog.schema.errors import InvalidArgument
 from surfacelog.store.connection import ConnectionThread
 from surfacelog.store.errors import (
     BadEvent,
@@ -203,12 +206,14 @@ def _fail(future: asyncio.Future[None] | None, error: BaseException) -> None:
 class GroupWriter:
     """The queue and its background commit task. Use from one event loop."""
 
-    def __init__(self, conn: ConnectionThread, *, max_events: int, delay: float) -> None:
+    def __init__(self, conn: ConnectionThread, *, max_events: int, delay: float,
+                 keep_failed: bool = True) -> None:
         if max_events < 1:
-            raise ValueError(f"group_max_events must be >= 1, got {max_events}")
+            raise InvalidArgument(f"group_max_events must be >= 1, got {max_events}")
         if delay < 0:
-            raise ValueError(f"group delay must be >= 0, got {delay}")
+            raise InvalidArgument(f"group delay must be >= 0, got {delay}")
         self._conn = conn
+        self._keep_failed = keep_failed
         self._max_events = max_events
         self._delay = delay
         self._queue: deque[PendingBatch] = deque()
@@ -391,7 +396,10 @@ class GroupWriter:
     def _commit_failed(self, group: list[PendingBatch], exc: Exception) -> None:
         self._failed_commits += 1
         message = (f"group commit of {len(group)} batch(es) failed: {exc}; the batches stay "
-                   f"queued in order and are retried at the next append or flush")
+                   f"queued in order and are retried at the next append or flush"
+                   if self._keep_failed else
+                   f"group commit of {len(group)} batch(es) failed: {exc}; nothing of "
+                   f"them was stored, and they are not retried")
 
         def error() -> CommitFailed:
             failure = CommitFailed(message)
@@ -403,6 +411,14 @@ class GroupWriter:
         for _, barrier in self._barriers:
             _fail(barrier, error())
         self._barriers.clear()
+        if not self._keep_failed:
+            # Dropped, not retried: the commit was rolled back, so nothing of these
+            # batches is stored, and nothing of them ever will be (their waiters were
+            # told so above).
+            dropped = {item.id for item in group}
+            self._queue = deque(i for i in self._queue if i.id not in dropped)
+            self._queued_events = sum(len(i.batch.rows) for i in self._queue)
+            self._done_id = max(self._done_id, group[-1].id)
 
     def _settle_barriers(self) -> None:
         keep: list[tuple[int, asyncio.Future[None]]] = []

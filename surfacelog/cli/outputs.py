@@ -1,0 +1,149 @@
+"""Files a command writes: the rules that keep a user's mistake from destroying data,
+and the atomic write. Every CLI output file goes through here (``export -o`` today;
+``run --report`` is meant to as well).
+
+Rules (``check_output``), in order:
+
+1. An output may not be one of the command's databases nor its ``-wal``/``-shm``/
+   ``-journal`` file, compared as resolved paths (``./a.db`` and a symlink to it are
+   the same file), nor any other name of the same file (same device and inode).
+   Refused even with ``--force``.
+2. An existing SQLite database is never overwritten, ``--force`` or not: whatever
+   its owner, it is data.
+3. Any other existing file (or directory) is refused unless the user says so with
+   ``--force`` (``force=True``); a directory is refused always.
+
+Writing (``write_atomic``): the content goes to a temporary file in the output's own
+directory (same filesystem), is flushed and fsynced, then renamed over the output in
+one step. A full disk or any error leaves the output as it was (absent, or the old
+file) and removes the temporary file; the error is raised as ``OutputError``.
+
+Both raise ``OutputError`` (a ``SurfacelogError``) with a one-line message naming the
+path; the CLI prints it and exits 2 (a refused output, nothing written) or 1 (the
+write itself failed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Final
+
+from surfacelog.schema.errors import SurfacelogError
+
+_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+_SIDE_FILES: Final = ("-wal", "-shm", "-journal")
+
+
+class OutputError(SurfacelogError):
+    """An output file is refused (it would destroy data), or could not be written.
+    ``refused`` tells which: refused means nothing was touched."""
+
+    def __init__(self, message: str, refused: bool = True) -> None:
+        super().__init__(message)
+        self.refused = refused
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.args[0], self.refused))
+
+
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            return handle.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def protected_paths(databases: Iterable[str | Path]) -> list[Path]:
+    """Each database of ``databases`` and its ``-wal``, ``-shm`` and ``-journal``
+    files, resolved."""
+    out: list[Path] = []
+    for db in databases:
+        path = Path(db).resolve()
+        out.append(path)
+        out.extend(path.with_name(path.name + side) for side in _SIDE_FILES)
+    return out
+
+
+def check_output(output: str | Path, *, databases: Iterable[str | Path] = (),
+                 force: bool = False) -> Path:
+    """Apply the module's rules to ``output`` for a command that uses ``databases``;
+    returns the resolved output path. Raises ``OutputError`` (``refused``)."""
+    path = Path(output)
+    resolved = path.resolve()
+    for protected in protected_paths(databases):
+        if resolved == protected or _same_file(path, protected):
+            raise OutputError(f"refusing to write {output}: it is the database "
+                              f"{protected} of this command (or one of its files); "
+                              f"choose another output path")
+    if path.is_dir():
+        raise OutputError(f"refusing to write {output}: it is a directory")
+    if path.exists() or path.is_symlink():
+        if _is_sqlite(path):
+            raise OutputError(f"refusing to overwrite {output}: it is a SQLite database "
+                              f"(never overwritten, even with --force)")
+        if not force:
+            raise OutputError(f"refusing to overwrite the existing file {output}; "
+                              f"give --force to replace it")
+    if not resolved.parent.is_dir():
+        raise OutputError(f"cannot write {output}: no directory {resolved.parent}")
+    return resolved
+
+
+def write_atomic(output: str | Path, content: bytes | Iterable[bytes]) -> None:
+    """Write ``content`` (bytes, or chunks of bytes) to ``output`` through a temporary
+    file in the same directory renamed over it; the output is the old file or the
+    whole new content, never part of it. Call ``check_output`` first. Raises
+    ``OutputError`` (not ``refused``) when writing fails; the temporary file is
+    removed."""
+    path = Path(output)
+    directory = path.resolve().parent
+    try:
+        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise OutputError(f"cannot write {output}: {exc.strerror or exc}",
+                          refused=False) from exc
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            if isinstance(content, bytes):
+                handle.write(content)
+            else:
+                for chunk in content:
+                    handle.write(chunk)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        if isinstance(exc, OSError):
+            raise OutputError(f"cannot write {output}: {exc.strerror or exc}; "
+                              f"{output} was left as it was", refused=False) from exc
+        raise
+    with contextlib.suppress(OSError):  # make the rename durable where supported
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def write_output(output: str | Path, content: bytes | Iterable[bytes], *,
+                 databases: Iterable[str | Path] = (), force: bool = False) -> None:
+    """``check_output`` then ``write_atomic``: what a command calls to write a file."""
+    write_atomic(check_output(output, databases=databases, force=force), content)
+
+
+__all__ = ["OutputError", "check_output", "protected_paths", "write_atomic",
+           "write_output"]

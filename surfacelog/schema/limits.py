@@ -1,0 +1,177 @@
+"""Limits on what the package accepts, and the checks that enforce them.
+
+**Nesting.** An event's ``data`` may nest JSON arrays and objects at most
+``MAX_NESTING`` levels deep (a scalar is depth 0, ``{}`` and ``[1]`` are depth 1,
+``{"a": [1]}`` depth 2). Deeper data is refused with a ``NestingError`` (rule
+``nesting``) naming the event type and seq at every entry: decoding a JSONL line
+(``fold``, ``repair``, ``import``), ``Session.append``/``append_batch``, the store's
+``append``/``create``, ``SessionHandle.append``/``append_batch`` (checked before the
+request leaves the client), and when stored rows are read back (a database written by an
+older build: the session is reported as corrupt, the others are read normally). 128
+levels is far beyond any DSH log and far below Python's recursion limit, so no reader
+of ours can fail with a ``RecursionError``.
+
+**Exact JSON.** A value given through the Python API must be one JSON carries exactly:
+``dict`` with ``str`` keys, ``list``, ``str``, ``int``, finite
+``float``, ``bool``, ``None``, and msgspec structs (encoded as their fields' types
+say).
+NaN, infinities, tuples, sets, bytes and other objects are refused with a
+``JsonValueError`` (rule ``json-value``) instead of being turned into ``null``, lists
+or base64 text.
+
+**Line length.** JSONL input is read line by line; a line longer than
+``MAX_LINE_BYTES`` (default, configurable per call and with ``--max-line-bytes``) is
+refused with a ``LineTooLong`` error naming the file and line, after reading at most
+that many bytes of it.
+
+The fast path costs two C-level ``bytes.count`` calls and one equality test per value:
+the expensive walk (``find_problem``) runs only when those say something may be wrong.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+import msgspec
+
+from surfacelog.schema.errors import JsonValueError, NestingError
+
+MAX_NESTING: Final = 128
+"""The deepest nesting of arrays and objects an event's ``data`` may have."""
+
+MAX_LINE_BYTES: Final = 64 * 1024 * 1024
+"""The default longest JSONL line read (64 MiB), newline excluded."""
+
+_ENCODER: Final = msgspec.json.Encoder()
+_DECODER: Final = msgspec.json.Decoder()
+_CONTAINERS: Final = (dict, list)
+
+
+def nesting_depth(value: Any, limit: int = MAX_NESTING) -> int:
+    """The nesting depth of a JSON value (plain dicts and lists), walked without
+    recursion; stops and returns ``limit + 1`` as soon as it passes ``limit``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        item, depth = pop()
+        if type(item) is dict:
+            items: Any = item.values()
+        elif type(item) is list:
+            items = item
+        else:
+            continue
+        depth += 1
+        if depth > limit:
+            return depth
+        deepest = max(deepest, depth)
+        for child in items:
+            if isinstance(child, _CONTAINERS):
+                push((child, depth))
+    return deepest
+
+
+def may_nest_too_deep(raw: bytes | str) -> bool:
+    """False when the JSON text ``raw`` certainly nests at most ``MAX_NESTING`` levels
+    (it has no more opening brackets than that); true when it must be looked at."""
+    if isinstance(raw, str):
+        return raw.count("[") + raw.count("{") > MAX_NESTING
+    return raw.count(b"[") + raw.count(b"{") > MAX_NESTING
+
+
+def nesting_error(event_type: object, seq: object, depth: int | None = None,
+                  prefix: str = "") -> NestingError:
+    """The ``NestingError`` of an event whose data nests too deep."""
+    levels = f"more than {MAX_NESTING}" if depth is None else str(depth)
+    return NestingError("nesting", f"{prefix}data nests {levels} levels of arrays and "
+                        f"objects; the nesting limit is {MAX_NESTING}", event_type, seq)
+
+
+def check_nesting(value: Any, event_type: object, seq: object) -> None:
+    """Raise ``NestingError`` when the decoded JSON ``value`` nests deeper than
+    ``MAX_NESTING``."""
+    if nesting_depth(value) > MAX_NESTING:
+        raise nesting_error(event_type, seq)
+
+
+def find_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be carried exactly by JSON (with where, as a path from
+    ``data``), or ``None`` when it can. Walks without recursion; a msgspec struct is
+    looked at as the JSON object it encodes to."""
+    stack: list[tuple[Any, str, int]] = [(value, "data", 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        kind = type(item)
+        if item is None or isinstance(item, (bool, str)):
+            continue
+        if isinstance(item, int):
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return f"{path} is {item!r}, which JSON cannot carry"
+            continue
+        if depth >= MAX_NESTING:
+            return f"{path} nests deeper than {MAX_NESTING} levels"
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    return f"{path} has a {type(key).__name__} key {key!r}; object keys " \
+                           f"must be strings"
+                stack.append((child, f"{path}.{key}", depth + 1))
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}[{i}]", depth + 1) for i, child in enumerate(item))
+        elif isinstance(item, msgspec.Struct):
+            # A struct is encoded as its typed fields say (a tuple field as an array...):
+            # look at what it encodes to.
+            try:
+                stack.append((msgspec.to_builtins(item), path, depth))
+            except (TypeError, ValueError, msgspec.EncodeError) as exc:
+                return f"{path} is a {kind.__name__} that JSON cannot carry: {exc}"
+        else:
+            return (f"{path} is a {kind.__name__}, which JSON cannot carry exactly "
+                    f"(use a list, a dict with string keys, or a JSON scalar)")
+    return None
+
+
+def own_json(value: Any, event_type: object, seq: object) -> Any:
+    """A private JSON copy of a caller's ``value`` after checking that JSON carries it
+    exactly and that it nests at most ``MAX_NESTING`` levels. Raises
+    ``JsonValueError`` or ``NestingError`` (naming ``event_type`` and ``seq``)."""
+    try:
+        raw = _ENCODER.encode(value)
+    except (RecursionError, TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
+        raise _refusal(value, event_type, seq, exc) from exc
+    try:
+        copy = _DECODER.decode(raw)
+    except (RecursionError, msgspec.DecodeError) as exc:
+        raise _refusal(value, event_type, seq, exc) from exc
+    if may_nest_too_deep(raw) and nesting_depth(copy) > MAX_NESTING:
+        raise nesting_error(event_type, seq)
+    if copy != value:
+        problem = find_problem(value)  # else a struct or a scalar subclass: exact
+        if problem is not None:
+            raise JsonValueError("json-value", problem, event_type, seq)
+    return copy
+
+
+def check_scalar(value: Any, event_type: object, seq: object) -> None:
+    """Refuse a non-finite float given as the whole ``data`` (``JsonValueError``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise JsonValueError("json-value", f"data is {value!r}, which JSON cannot carry",
+                             event_type, seq)
+
+
+def _refusal(value: Any, event_type: object, seq: object,
+             exc: BaseException) -> JsonValueError | NestingError:
+    problem = find_problem(value)
+    if problem is None:
+        problem = f"data cannot be encoded as JSON: {exc}"
+    if "nests deeper" in problem:
+        return nesting_error(event_type, seq)
+    return JsonValueError("json-value", problem, event_type, seq)
+
+
+__all__ = ["MAX_LINE_BYTES", "MAX_NESTING", "check_nesting", "check_scalar",
+           "find_problem", "may_nest_too_deep", "nesting_depth", "nesting_error",
+           "own_json"]
