@@ -122,3 +122,40 @@ async def test_set_context_through_the_handle_survives_reactivation(
         assert await handle.set_context("cwd: /b") is None
     finally:
         client.shutdown()
+
+
+def test_inspect_shows_the_context_the_model_sees(tmp_path: Path) -> None:
+    import asyncio
+
+    from typer.testing import CliRunner
+
+    from surfacelog.cli import app
+    from surfacelog.schema.header import SessionHeader
+    from surfacelog.store.sqlite import SqliteEventStore
+
+    s = Session(header=SessionHeader(version=0, id="ws", created_at=1_700_000_000_000))
+    s.append("user/message", USER, surface_op="append")
+    set_context(s, "cwd: /a [bold]x[/bold]")
+    first = len(s.log) - 1
+    set_context(s, "cwd: /b")
+    db = tmp_path / "ctx.db"
+
+    async def store_it() -> None:
+        store = await SqliteEventStore.open(str(db))
+        try:
+            await store.create(s.header, list(s.log))  # type: ignore[arg-type]
+            await store.flush()
+        finally:
+            await store.close()
+
+    asyncio.run(store_it())
+    runner = CliRunner()
+    now = runner.invoke(app, ["inspect", str(db), "ws"], terminal_width=200)
+    assert now.exit_code == 0, now.output
+    assert f"context from workspace (seq {first + 1}): cwd: /b" in now.output
+    assert "/a" not in now.output.split("context from")[-1]
+    past = runner.invoke(app, ["inspect", str(db), "ws", "--at", str(first)],
+                         terminal_width=200)
+    assert past.exit_code == 0, past.output
+    # Data is shown as it is, never as markup.
+    assert f"context from workspace (seq {first}): cwd: /a [bold]x[/bold]" in past.output

@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import datetime
 import shlex
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from rich.console import Console
 from rich.table import Column, Table
 
 from surfacelog.cli.render import surface_tree, text
+from surfacelog.session.context import CONTEXT_TYPE, plugin_of
 from surfacelog.session.session import Session
 from surfacelog.store.base import SessionNotFound, StoreError
 from surfacelog.store.sharded import ShardedStores
@@ -44,7 +45,27 @@ def _print_surface(session: Session, session_id: str, at: int | None, where: str
     replacements = [r for r in session.replacements() if r.seq < snap.length]
     title += (f", {len(snap.nodes)} nodes, replace generation {snap.replace_generation}")
     console.print(surface_tree(title, snap.nodes, session.log, replacements))
+    for line in context_lines(session, snap.nodes):
+        console.print(text(line, "cyan"), soft_wrap=True)
     return 0
+
+
+def context_lines(session: Session, nodes: Sequence[int], width: int = 160) -> list[str]:
+    """One line per context message on the surface ``nodes`` (what the model is told
+    about its workspace): the plugin, the seq and the text's start."""
+    lines = []
+    for seq in nodes:
+        event = session.event(seq)
+        if event.type != CONTEXT_TYPE:
+            continue
+        blocks = event.data.get("content", []) if isinstance(event.data, dict) else []
+        body = " ".join(str(b.get("text", "")) for b in blocks
+                        if isinstance(b, dict) and b.get("type") == "text")
+        body = " ".join(body.split())
+        if len(body) > width:
+            body = body[: width - 1] + "…"
+        lines.append(f"context from {plugin_of(event.data) or '?'} (seq {seq}): {body}")
+    return lines
 
 
 Opener = Callable[[], Awaitable[SqliteEventStore]]
