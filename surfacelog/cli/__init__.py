@@ -6,6 +6,7 @@
 Nothing below this package imports it.
 """
 
+from surfacelog.cli import forking  # noqa: F401  (registers ``fork`` on the app)
 from surfacelog.cli.commands import app, main
 
 __all__ = ["app", "main"]

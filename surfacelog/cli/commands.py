@@ -22,6 +22,7 @@ from surfacelog.schema.codec import LogFile, encode_json, read_log
 from surfacelog.schema.errors import LineTooLong, LogError, SurfacelogError
 from surfacelog.schema.limits import MAX_LINE_BYTES
 from surfacelog.session import (
+    Session,
     interrupted_turn_closers,
     replay,
     upgrade_legacy,
@@ -69,53 +70,76 @@ def _read(path: Path, legacy: bool, max_line_bytes: int = MAX_LINE_BYTES) -> Log
     return log
 
 
-def _fold_one(path: Path, legacy: bool, max_line_bytes: int) -> dict[str, Any]:
+class _NotASeq(SurfacelogError):
+    """``fold --at`` names no seq of the file's log."""
+
+
+def _fold_one(path: Path, legacy: bool, max_line_bytes: int,
+              at: int | None = None) -> tuple[dict[str, Any], Session]:
+    """The fold of one file (as of seq ``at`` when given) and its session. Raises
+    ``_Unreadable``, ``LogError``, ``_NotASeq``."""
     log = _read(path, legacy, max_line_bytes)
     session = replay(log.events, log.header)
-    return {
+    if at is not None and not 0 <= at < len(session):
+        raise _NotASeq(f"--at {at} is not a seq of {path} (0..{len(session) - 1})")
+    nodes = session.surface.nodes if at is None else session.surface_at(at).nodes
+    result: dict[str, Any] = {
         "file": str(path),
         "ok": True,
-        "nodes": list(session.surface.nodes),
+        "nodes": list(nodes),
         "replacements": [
             {"seq": r.seq, "start": r.start, "end": r.end, "shadowedSeqs": list(r.shadowed_seqs)}
-            for r in session.replacements()
+            for r in session.replacements() if at is None or r.seq <= at
         ],
-        "messages": [m["id"] for m in session.derive_messages()],
+        "messages": [m["id"] for m in session.derive_messages(as_of=at)],
     }
+    if at is not None:
+        result["at"] = at
+    return result, session
 
 
 @app.command()
 def fold(files: FileArgs, json: JsonOpt = False, legacy: LegacyOpt = False,
-         max_line_bytes: MaxLineOpt = MAX_LINE_BYTES) -> None:
-    """Replay each log; print its surface (nodes, replacements, message ids).
+         max_line_bytes: MaxLineOpt = MAX_LINE_BYTES,
+         at: Annotated[int | None, typer.Option(
+             "--at", metavar="SEQ", min=0,
+             help="time travel: the surface as of this seq (the log's first SEQ+1 "
+                  "events)")] = None) -> None:
+    """Replay each log; print its surface (nodes, replacements, message ids), now or as
+    of seq ``--at``.
 
-    Exit 0 when every file was read (valid or not), 2 when one cannot be read, is not
-    JSONL or has a line longer than ``--max-line-bytes``, 130 when interrupted.
+    Exit 0 when every file was read (valid or not), 1 when ``--at`` is not a seq of a
+    valid file, 2 when one cannot be read, is not JSONL or has a line longer than
+    ``--max-line-bytes``, 130 when interrupted.
     """
     console = Console()
     status = 0
     for path in files:
+        session: Session | None = None
         try:
-            result = _fold_one(path, legacy, max_line_bytes)
+            result, session = _fold_one(path, legacy, max_line_bytes, at)
         except _Unreadable as exc:
             status = 2
             result = {"file": str(path), "ok": False, "error": str(exc), "rule": "unreadable"}
+        except _NotASeq as exc:
+            status = max(status, 1)
+            result = {"file": str(path), "ok": False, "error": str(exc), "rule": "at"}
         except LogError as exc:
             result = {"file": str(path), "ok": False, "error": str(exc), "rule": exc.rule}
         if json:
             sys.stdout.write(encode_json(result).decode() + "\n")
             continue
-        if not result["ok"]:
+        if session is None:
             console.print(Text.assemble(text(f"{path}: invalid", "red"),
                                         text(f" ({result['rule']}): {result['error']}")))
             continue
-        log = _read(path, legacy, max_line_bytes)
-        session = replay(log.events, log.header)
+        when = "" if at is None else f" as of seq {at}"
+        shown = [r for r in session.replacements() if at is None or r.seq <= at]
         console.print(surface_tree(
-            f"{path}: {len(log.events)} events, {len(result['nodes'])} nodes, "
-            f"{len(result['replacements'])} replacement(s), "
+            f"{path}{when}: {len(session.log) if at is None else at + 1} events, "
+            f"{len(result['nodes'])} nodes, {len(result['replacements'])} replacement(s), "
             f"{len(result['messages'])} messages",
-            session.surface.nodes, session.log, session.replacements()))
+            result["nodes"], session.log, shown))
     raise typer.Exit(status)
 
 
