@@ -18,10 +18,11 @@ from typing import Any
 
 import msgspec
 import ray
+from ray.exceptions import RayActorError
 
 from surfacelog.actors.client import Client, SessionHandle, connect
 from surfacelog.actors.config import HostingConfig
-from surfacelog.actors.protocol import Conflict, failure_line
+from surfacelog.actors.protocol import Conflict, ShardUnavailable, failure_line
 from surfacelog.schema.events import Event
 from surfacelog.session.compaction_policy import (
     choose_range,
@@ -29,6 +30,7 @@ from surfacelog.session.compaction_policy import (
     extractive_summary,
     prune_requests,
 )
+from surfacelog.store.base import CommitFailed
 
 Blocks = list[dict[str, Any]]
 AnySummariser = Callable[[Sequence[Event]], "Blocks | Awaitable[Blocks]"]
@@ -45,6 +47,9 @@ class CompactorStats(msgspec.Struct):
     prunes: int = 0
     errors: int = 0
     last_error: str | None = None
+    unavailable: int = 0
+    """Sessions skipped in a pass because their shard was unavailable (its node lost,
+    its actors restarting): an outage, not an error; the next pass tries again."""
 
 
 class Compactor:
@@ -116,8 +121,13 @@ class _Watcher:
     prune_only = False
     compact_only = False
 
-    def __init__(self, hosting: HostingConfig, **compactor: Any) -> None:
+    def __init__(self, hosting: HostingConfig, retry_for_s: float | None = None,
+                 **compactor: Any) -> None:
+        """``retry_for_s``: the client's retry window once a first pass is done (the
+        sessions' actors started; default: the client's); the other keyword arguments
+        are ``Compactor``'s."""
         self._client: Client = connect(config=hosting)
+        self._retry_for_s = retry_for_s
         self._compactor = Compactor(**compactor)
         self._managed: list[str] = []
         self._task: asyncio.Task[None] | None = None
@@ -129,7 +139,9 @@ class _Watcher:
         return len(self._managed)
 
     async def run_once(self, session_ids: Sequence[str] | None = None) -> CompactorStats:
-        """One pass over ``session_ids`` (default: the managed ones)."""
+        """One pass over ``session_ids`` (default: the managed ones). A session whose
+        shard is unavailable is counted in ``unavailable`` and left for the next pass;
+        any other failure is counted in ``errors``."""
         for sid in list(self._managed if session_ids is None else session_ids):
             handle = self._client.session(sid)
             try:
@@ -137,6 +149,11 @@ class _Watcher:
                     await self._compactor.prune(handle)
                 if not self.prune_only:
                     await self._compactor.compact(handle)
+            except (ShardUnavailable, RayActorError, CommitFailed):
+                # Its node is lost or its actors restarting (the handle waited out the
+                # retry window, or a write's outcome is unknown): an outage, not an
+                # error; the session reloads and is tried again on the next pass.
+                self._compactor.stats.unavailable += 1
             except Exception as exc:  # counted and reported; the watcher keeps going
                 self._compactor.stats.errors += 1
                 self._compactor.stats.last_error = failure_line(sid, exc)
@@ -146,6 +163,8 @@ class _Watcher:
     async def _loop(self, period_s: float) -> None:
         while True:
             await self.run_once()
+            if self._retry_for_s is not None:
+                self._client.retry_for_s = self._retry_for_s
             await asyncio.sleep(period_s)
 
     async def start(self, period_s: float = 0.5) -> None:
