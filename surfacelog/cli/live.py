@@ -4,6 +4,7 @@ report table or JSON, and the exit status."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from typing import Any
 
@@ -81,6 +82,25 @@ def run_live(cfg: RunConfig) -> int:
     complete (the reason on one line), 130 when interrupted. Raises nothing else."""
     console = Console(stderr=cfg.as_json)
     started_ray = not ray.is_initialized()
+    report_fd = None
+    if cfg.local_nodes and cfg.as_json:
+        # The nodes' processes inherit file descriptor 1 and write to it (a killed
+        # raylet's last log lines): the JSON report alone goes to the real stdout,
+        # everything else to stderr.
+        sys.stdout.flush()
+        report_fd = os.dup(1)
+        os.dup2(2, 1)
+    try:
+        return _run(cfg, console, started_ray, report_fd)
+    finally:
+        if report_fd is not None:
+            os.dup2(report_fd, 1)
+            os.close(report_fd)
+
+
+def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | None
+         ) -> int:
+    """``run_live``'s body; the JSON report goes to ``report_fd`` when given."""
     cluster: LocalCluster | None = None
     try:
         if cfg.local_nodes:
@@ -150,7 +170,9 @@ def run_live(cfg: RunConfig) -> int:
     data = result.report()
     if cfg.report is not None:
         write_html(cfg.report, result)
-    if cfg.as_json:
+    if cfg.as_json and report_fd is not None:
+        os.write(report_fd, encode_json(data) + b"\n")
+    elif cfg.as_json:
         sys.stdout.write(encode_json(data).decode() + "\n")
     else:
         console.print(_report_table(data))

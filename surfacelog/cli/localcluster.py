@@ -37,6 +37,11 @@ from surfacelog.store.shards import Shard, ShardMap, default_resource
 
 NODE_START_TIMEOUT_S = 60.0
 """How long starting the cluster waits for every node to register."""
+HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_failure_threshold": 5}
+"""The GCS's checks of its nodes: a node killed abruptly is found dead after about 5 s
+(Ray's defaults, 3 s x 5, take about 15 s), and only then does Ray restart its actors
+on the node that returns. A slower check would lengthen every abrupt outage; a faster
+one risks declaring a busy node of this small machine dead."""
 RECOVER_DEADLINE_S = 90.0
 """How long the node chaos waits for a returned node's shards to serve again."""
 
@@ -125,8 +130,8 @@ class LocalCluster:
 
         # The head offers no shard resource: nothing of a shard runs there, so removing
         # a worker never takes the GCS or the run's own actors with it.
-        head = Cluster(initialize_head=True,
-                       head_node_args={"num_cpus": 1, "include_dashboard": False})
+        head = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 1, "include_dashboard": False, "_system_config": HEALTH_CHECKS})
         self = cls(shards, nodes, head, auth_mode)
         try:
             for k in range(nodes):
