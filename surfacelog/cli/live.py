@@ -63,10 +63,12 @@ def _report_table(report: dict[str, Any]) -> Table:
         if len(report["shards"]) == 1 and not report["local_nodes"]:
             break  # one shard: the figures above are its own
         lat, rec = shard["append_latency_ms"], shard["recovery_s"]
+        recovery = (f", recovery p50 {rec['p50']} / max {rec['max']} s" if rec["count"]
+                    else "")
         rows.append((f"shard {name} (node {shard['node']})",
                      f"{shard['events_per_s']} events/s, p50 {lat['p50']} / p99 {lat['p99']} "
-                     f"ms, {shard['unavailable']} refused, {shard['node_kills']} kills, "
-                     f"recovery p50 {rec['p50']} / max {rec['max']} s"))
+                     f"ms, {shard['unavailable']} refused, {shard['node_kills']} kills"
+                     + recovery))
     for k, v in rows:
         table.add_row(k, v)
     return table
