@@ -251,7 +251,8 @@ async def run_workload(cfg: RunConfig,
                 await _outcome(node_chaos_task, "node chaos", None, problems)
             stopped = await asyncio.gather(compactor.stop.remote(), pruner.stop.remote(),
                                            return_exceptions=True)
-            samples = await poller
+            samples: list[Sample] = await _outcome(poller, "progress polling", [],
+                                                   problems)
         parts = [r for r in results if isinstance(r, DriverProgress)]
         problems += [f"a driver actor failed: {type(r).__name__}: {r}"[:300]
                      for r in results if not isinstance(r, DriverProgress)]
