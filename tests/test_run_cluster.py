@@ -81,6 +81,13 @@ def test_cluster_run_survives_node_kills(tmp_path: Path) -> None:
     # Each kill takes the one shard of its node; each came back.
     assert recovery["unrecovered"] == [] and recovery["count"] == report["node_kills"]
     assert 0 < recovery["p50"] <= recovery["max"]
+    kills = report["node_kill_log"]
+    assert len(kills) == report["node_kills"]
+    assert [k["graceful"] for k in kills] == [n % 2 == 0 for n in range(len(kills))]
+    for kill in kills:
+        # Node k hosts shard s{k}: it is the one lost, and it came back.
+        assert kill["shards"] == [f"s{kill['node']}"], kill
+        assert all(r is not None and r > 0 for r in kill["recovery_s"].values()), kill
     assert_shard_figures(report, ["s0", "s1"])
     assert [report["shards"][s]["node"] for s in ("s0", "s1")] == [0, 1]
     assert sum(s["node_kills"] for s in report["shards"].values()) == report["node_kills"]

@@ -212,6 +212,19 @@ class RunResult:
         times = [t for t in (first_ok, probed) if t is not None]
         return min(times) if times else None
 
+    def _kill_entry(self, kill: NodeKill) -> dict[str, Any]:
+        """One node kill: its node and shards, how, how long the removal and the return
+        took, each shard's recovery (``None``: never served again), and the probes
+        that failed while its shards restarted (expected: they are retried)."""
+        recovery = {}
+        for shard in kill.shards:
+            back = self._served_again(kill, shard)
+            recovery[shard] = None if back is None else round(back - kill.lost_at, 3)
+        return {"node": kill.node, "shards": kill.shards, "graceful": kill.graceful,
+                "remove_node_s": kill.removed_s, "add_node_s": kill.add_s,
+                "recovery_s": recovery, "probe_failures": kill.probe_failures,
+                "last_probe_error": kill.last_probe_error}
+
     def shard_report(self) -> dict[str, Any]:
         """Per shard: its node, events, events/s, append latency p50/p99 (ms), refusals
         during outages, node kills that took it, recovery p50/max (s)."""
@@ -284,6 +297,7 @@ class RunResult:
             "recovery_s": {"count": len(recovered), "p50": _pct(recovered, 50),
                            "max": recovered[-1] if recovered else None,
                            "unrecovered": self.unrecovered()},
+            "node_kill_log": [self._kill_entry(k) for k in self.node_kills[:50]],
             "unavailable": sum(s.unavailable for s in p.by_shard.values()),
             "outage_retries_other": sum(s.transient for s in p.by_shard.values()),
             "compactor_outage_skips": self.compactor.unavailable + self.pruner.unavailable,
