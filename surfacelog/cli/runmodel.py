@@ -234,6 +234,7 @@ class RunResult:
             record = self.progress.by_shard.get(name)
             lat = sorted(record.latencies_ms) if record is not None else []
             rec = sorted(recoveries.get(name, []))
+            waits = sorted(record.outages_s) if record is not None else []
             events = record.events if record is not None else 0
             out[name] = {
                 "node": node,
@@ -243,6 +244,9 @@ class RunResult:
                 "append_latency_ms": {"p50": _pct(lat, 50), "p99": _pct(lat, 99)},
                 "unavailable": record.unavailable if record is not None else 0,
                 "transient_errors": record.transient if record is not None else 0,
+                # What the drivers waited, per request refused at least once: from its
+                # first attempt to its success.
+                "outage_waits_s": {"count": len(waits), "max": waits[-1] if waits else None},
                 "node_kills": sum(1 for k in self.node_kills if name in k.shards),
                 "recovery_s": {"count": len(rec), "p50": _pct(rec, 50),
                                "max": rec[-1] if rec else None},
