@@ -161,8 +161,10 @@ def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | N
     except KeyboardInterrupt:
         # asyncio.run cancelled the workload, whose cleanup flushed and stopped the
         # actors: what was acknowledged is stored, and the next run resumes from it.
-        console.print(f"\ninterrupted: every acknowledged event is in {cfg.db}; run again "
-                      "with the same --db to resume (not verified)")
+        where = cfg.db if cluster is None else \
+            f"the shards of {make_shard_map(cfg.db, cfg.shard_count)[1]}"
+        console.print(f"\ninterrupted: every acknowledged event is in {where}; run again "
+                      "with the same --db to resume (not verified)", markup=False)
         return EXIT_INTERRUPTED
     except Exception as exc:  # reported on one line, with the exit status that says so
         console.print(f"run failed: {_one_line(exc)}", markup=False)
