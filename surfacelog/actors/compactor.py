@@ -131,6 +131,10 @@ class _Watcher:
         self._compactor = Compactor(**compactor)
         self._managed: list[str] = []
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._busy = False
+        """A session's prune or compaction is in flight (its request may be running in
+        the session's actor)."""
 
     def manage(self, session_ids: Sequence[str]) -> int:
         """Add sessions to watch; returns how many are managed."""
@@ -143,7 +147,10 @@ class _Watcher:
         shard is unavailable is counted in ``unavailable`` and left for the next pass;
         any other failure is counted in ``errors``."""
         for sid in list(self._managed if session_ids is None else session_ids):
+            if self._stopping:
+                break
             handle = self._client.session(sid)
+            self._busy = True
             try:
                 if not self.compact_only:
                     await self._compactor.prune(handle)
@@ -157,11 +164,13 @@ class _Watcher:
             except Exception as exc:  # counted and reported; the watcher keeps going
                 self._compactor.stats.errors += 1
                 self._compactor.stats.last_error = failure_line(sid, exc)
+            finally:
+                self._busy = False
         self._compactor.stats.passes += 1
         return self._compactor.stats
 
     async def _loop(self, period_s: float) -> None:
-        while True:
+        while not self._stopping:
             await self.run_once()
             if self._retry_for_s is not None:
                 self._client.retry_for_s = self._retry_for_s
@@ -173,12 +182,19 @@ class _Watcher:
             self._task = asyncio.get_running_loop().create_task(self._loop(period_s))
 
     async def stop(self) -> CompactorStats:
-        """Stop watching (after the pass in progress); returns the counters."""
-        if self._task is not None:
-            self._task.cancel()
+        """Stop watching once the session in progress is done; returns the counters.
+        The pass is not cancelled in the middle of a session's request: the request
+        would go on in the session's actor and land after the caller, told the watcher
+        stopped, read the sessions' state."""
+        task = self._task
+        if task is not None:
+            self._stopping = True
+            if not self._busy:
+                task.cancel()  # between sessions or asleep: nothing in flight
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await task
             self._task = None
+            self._stopping = False
         return self._compactor.stats
 
     def stats(self) -> CompactorStats:
