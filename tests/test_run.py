@@ -34,7 +34,8 @@ def test_run_options_are_run_config_fields() -> None:
     flags = {opt for p in params.values() for opt in p.opts}
     assert {"--sessions", "--turns", "--placement", "--packs", "--drivers", "--compact-at",
             "--prune-over", "--durability", "--mode", "--db", "--address", "--report",
-            "--seed", "--kill-every", "--kill-journal", "--json", "--writer"} == flags
+            "--seed", "--kill-every", "--kill-journal", "--json", "--writer",
+            "--local-nodes", "--shards", "--kill-node-every", "--node-down"} == flags
 
 
 def test_run_builds_one_run_config_from_its_options(monkeypatch: pytest.MonkeyPatch,

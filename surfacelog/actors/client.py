@@ -287,6 +287,11 @@ class Client:
             raise ShardUnavailable(f"shard {name!r} did not answer {method} within "
                                    f"{self.retry_for_s:g} s ({type(exc).__name__})") from None
 
+    async def shard_ready(self, name: str) -> None:
+        """Return once shard ``name``'s writer answers. Raises ``ShardUnavailable`` when
+        it does not within the retry window."""
+        await self._on_shard(name, "ready")
+
     async def journal_stats(self) -> dict[str, Any]:
         """The journals' commit counters, summed over the shards."""
         parts = await asyncio.gather(*(self._on_shard(name, "writer_stats")

@@ -19,10 +19,11 @@ from typing import Any
 
 import msgspec
 import ray
+from ray.exceptions import RayActorError
 
 from surfacelog.actors.client import Client, SessionHandle, connect
 from surfacelog.actors.config import HostingConfig
-from surfacelog.actors.protocol import Conflict, failure_line
+from surfacelog.actors.protocol import Conflict, ShardUnavailable, failure_line
 from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.events import Event
 from surfacelog.session.compaction_policy import (
@@ -33,6 +34,7 @@ from surfacelog.session.compaction_policy import (
 )
 from surfacelog.session.pressure import CONTEXT_PRESSURE, compaction_threshold, context_tokens
 from surfacelog.session.tokens import event_tokens
+from surfacelog.store.base import CommitFailed
 
 Blocks = list[dict[str, Any]]
 AnySummariser = Callable[[Sequence[Event]], "Blocks | Awaitable[Blocks]"]
@@ -79,6 +81,9 @@ class CompactorStats(msgspec.Struct):
     prunes: int = 0
     errors: int = 0
     last_error: str | None = None
+    unavailable: int = 0
+    """Sessions skipped in a pass because their shard was unavailable (its node lost,
+    its actors restarting): an outage, not an error; the next pass tries again."""
 
 
 class Compactor:
@@ -162,11 +167,20 @@ class _Watcher:
     prune_only = False
     compact_only = False
 
-    def __init__(self, hosting: HostingConfig, **compactor: Any) -> None:
+    def __init__(self, hosting: HostingConfig, retry_for_s: float | None = None,
+                 **compactor: Any) -> None:
+        """``retry_for_s``: the client's retry window once a first pass is done (the
+        sessions' actors started; default: the client's); the other keyword arguments
+        are ``Compactor``'s."""
         self._client: Client = connect(config=hosting)
+        self._retry_for_s = retry_for_s
         self._compactor = Compactor(**compactor)
         self._managed: list[str] = []
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._busy = False
+        """A session's prune or compaction is in flight (its request may be running in
+        the session's actor)."""
 
     def manage(self, session_ids: Sequence[str]) -> int:
         """Add sessions to watch; returns how many are managed."""
@@ -175,23 +189,37 @@ class _Watcher:
         return len(self._managed)
 
     async def run_once(self, session_ids: Sequence[str] | None = None) -> CompactorStats:
-        """One pass over ``session_ids`` (default: the managed ones)."""
+        """One pass over ``session_ids`` (default: the managed ones). A session whose
+        shard is unavailable is counted in ``unavailable`` and left for the next pass;
+        any other failure is counted in ``errors``."""
         for sid in list(self._managed if session_ids is None else session_ids):
+            if self._stopping:
+                break
             handle = self._client.session(sid)
+            self._busy = True
             try:
                 if not self.compact_only:
                     await self._compactor.prune(handle)
                 if not self.prune_only:
                     await self._compactor.compact(handle)
+            except (ShardUnavailable, RayActorError, CommitFailed):
+                # Its node is lost or its actors restarting (the handle waited out the
+                # retry window, or a write's outcome is unknown): an outage, not an
+                # error; the session reloads and is tried again on the next pass.
+                self._compactor.stats.unavailable += 1
             except Exception as exc:  # counted and reported; the watcher keeps going
                 self._compactor.stats.errors += 1
                 self._compactor.stats.last_error = failure_line(sid, exc)
+            finally:
+                self._busy = False
         self._compactor.stats.passes += 1
         return self._compactor.stats
 
     async def _loop(self, period_s: float) -> None:
-        while True:
+        while not self._stopping:
             await self.run_once()
+            if self._retry_for_s is not None:
+                self._client.retry_for_s = self._retry_for_s
             await asyncio.sleep(period_s)
 
     async def start(self, period_s: float = 0.5) -> None:
@@ -200,12 +228,19 @@ class _Watcher:
             self._task = asyncio.get_running_loop().create_task(self._loop(period_s))
 
     async def stop(self) -> CompactorStats:
-        """Stop watching (after the pass in progress); returns the counters."""
-        if self._task is not None:
-            self._task.cancel()
+        """Stop watching once the session in progress is done; returns the counters.
+        The pass is not cancelled in the middle of a session's request: the request
+        would go on in the session's actor and land after the caller, told the watcher
+        stopped, read the sessions' state."""
+        task = self._task
+        if task is not None:
+            self._stopping = True
+            if not self._busy:
+                task.cancel()  # between sessions or asleep: nothing in flight
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await task
             self._task = None
+            self._stopping = False
         return self._compactor.stats
 
     def stats(self) -> CompactorStats:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import Any, TypeVar
 
 import msgspec
 import ray
@@ -24,14 +25,24 @@ from surfacelog.actors.protocol import (
     Conflict,
     LoggedEvents,
     SessionUnavailable,
+    ShardUnavailable,
 )
 from surfacelog.actors.script import AgentScript, ScriptConfig
 from surfacelog.schema.errors import SurfacelogError
 from surfacelog.session import AppendSpec
 from surfacelog.session.turns import last_turn_boundary
-from surfacelog.store.base import StoreError
+from surfacelog.store.base import CommitFailed, StoreError
 
 MAX_RESENDS = 50
+OUTAGE_BUDGET_S = 180.0
+"""How long a driver keeps retrying a request whose shard is unavailable (its node is
+lost) before the session's driving fails for good."""
+OUTAGE_PAUSE_S = 0.25
+"""Pause between two attempts of a request refused during an outage."""
+T = TypeVar("T")
+OUTAGE_ERRORS: tuple[type[BaseException], ...] = (ShardUnavailable, RayActorError,
+                                                  CommitFailed)
+"""What a request may meet while its shard's node is lost or its actors restart."""
 
 
 class TurnInterrupted(SurfacelogError):
@@ -46,6 +57,35 @@ class SurfacePoint(msgspec.Struct, array_like=True):
     session: str
     nodes: int
     generation: int
+
+
+class ShardProgress(msgspec.Struct):
+    """What one driver measured of the sessions of one shard."""
+
+    events: int = 0
+    appends: int = 0
+    latencies_ms: list[float] = msgspec.field(default_factory=list)
+    ok_times: list[float] = msgspec.field(default_factory=list)
+    """When each acknowledged append ended (epoch seconds): when the shard served."""
+    unavailable: int = 0
+    """Requests refused with ``ShardUnavailable`` (the shard did not answer within the
+    client's retry window: its node is lost), each retried."""
+    transient: int = 0
+    """Other requests that failed while the shard's actors were lost or restarting
+    (actor died, commit of unknown outcome), each retried."""
+    outages_s: list[float] = msgspec.field(default_factory=list)
+    """Per request that was refused at least once: from its first attempt to its
+    success."""
+
+    def merge(self, other: ShardProgress) -> None:
+        """Add ``other``'s counters and samples to these."""
+        self.events += other.events
+        self.appends += other.appends
+        self.latencies_ms.extend(other.latencies_ms)
+        self.ok_times.extend(other.ok_times)
+        self.unavailable += other.unavailable
+        self.transient += other.transient
+        self.outages_s.extend(other.outages_s)
 
 
 class DriverProgress(msgspec.Struct):
@@ -70,6 +110,15 @@ class DriverProgress(msgspec.Struct):
     append_times_ms: list[float] = msgspec.field(default_factory=list)
     surface_points: list[SurfacePoint] = msgspec.field(default_factory=list)
     finished: int = 0
+    by_shard: dict[str, ShardProgress] = msgspec.field(default_factory=dict)
+    """The same per shard (the shard that holds each session)."""
+
+    def shard(self, name: str) -> ShardProgress:
+        """The record of shard ``name`` (made on first use)."""
+        found = self.by_shard.get(name)
+        if found is None:
+            found = self.by_shard[name] = ShardProgress()
+        return found
 
 
 class SessionDriver:
@@ -83,13 +132,54 @@ class SessionDriver:
         self.started = started
         self.next_seq = 0
         self.turn_seq: int | None = None
+        self.shard = ShardProgress()
+        """This session's shard's record (set by ``activate`` once the shard is
+        known)."""
+        self.last_turn: int | None = None
+
+    async def activate(self) -> int:
+        """Find the session's shard and its last turn (activating the session on its
+        actor); returns that turn's number. Raises what ``_through_outage`` raises."""
+        shard = await self.handle.client.shard_of(self.handle.session_id)
+        self.shard = self.progress.shard(shard.name)
+        self.last_turn = await self._last_turn()
+        return self.last_turn
+
+    async def _through_outage(self, call: Callable[[], Awaitable[T]],
+                              refusals: tuple[type[BaseException], ...] = OUTAGE_ERRORS
+                              ) -> T:
+        """``call()``, made again while the session's shard is unavailable: its node is
+        lost (``ShardUnavailable``), or its actors died or relayed a write of unknown
+        outcome while it was going (``RayActorError``, ``CommitFailed``). An outage is
+        not an error: each refusal is counted on the shard and the very same request is
+        sent again after a pause (an append carries its ``expected_seq``, so it lands
+        exactly once). ``refusals``: the errors taken as an outage. Raises the last
+        refusal after ``OUTAGE_BUDGET_S``, and any other error at once."""
+        first: float | None = None
+        while True:
+            started = time.monotonic()
+            try:
+                result = await call()
+            except refusals as exc:
+                if isinstance(exc, ShardUnavailable):
+                    self.shard.unavailable += 1
+                else:
+                    self.shard.transient += 1
+                first = started if first is None else first
+                if time.monotonic() - first > OUTAGE_BUDGET_S:
+                    raise
+                await asyncio.sleep(OUTAGE_PAUSE_S)
+                continue
+            if first is not None:
+                self.shard.outages_s.append(round(time.monotonic() - first, 3))
+            return result
 
     async def _resync(self) -> int:
         """Take the log's length as the next seq. Acknowledged events the log no longer
         holds (buffered writes lost with a crashed actor or a failed flush) are counted
         in ``lost``; returns how many."""
         acknowledged = self.next_seq
-        snap = await self.handle.surface()
+        snap = await self._through_outage(self.handle.surface)
         self.next_seq = snap.length
         missing = max(0, acknowledged - snap.length)
         self.progress.lost += missing
@@ -101,7 +191,8 @@ class SessionDriver:
         end = self.next_seq
         while end > 0:
             start = max(0, end - 256)
-            boundary = last_turn_boundary(await self.handle.events(start, end - start))
+            boundary = last_turn_boundary(await self._through_outage(
+                partial(self.handle.events, start, end - start)))
             if boundary is not None:
                 turn: int = boundary.data["turn"]
                 return turn
@@ -109,15 +200,21 @@ class SessionDriver:
         return 0
 
     async def send(self, specs: Sequence[AppendSpec]) -> LoggedEvents:
-        """Append ``specs`` at the tail exactly once; resend after conflicts."""
+        """Append ``specs`` at the tail exactly once; resend after conflicts, and the
+        same request through an outage of the session's shard (``_through_outage``).
+        Raises ``TurnInterrupted`` when crash repair closed the turn, ``RuntimeError``
+        after ``MAX_RESENDS`` conflicts, and what ``_through_outage`` raises."""
         for _ in range(MAX_RESENDS):
             t0 = time.perf_counter()
             try:
-                events = await self.handle.append_batch(specs, self.next_seq)
+                events = await self._through_outage(
+                    partial(self.handle.append_batch, specs, self.next_seq))
             except Conflict:
                 self.progress.conflicts += 1
                 await self._check_turn_open()
                 continue
+            except ShardUnavailable:
+                raise  # the outage outlasted OUTAGE_BUDGET_S: this session's end
             except SessionUnavailable:
                 # Passivated (or its actor fenced) between lookup and request: resend,
                 # exactly once thanks to expected_seq, after a look at whether repair
@@ -128,26 +225,39 @@ class SessionDriver:
                 await self._check_turn_open()
                 continue
             now = time.perf_counter()
-            self.progress.latencies_ms.append((now - t0) * 1000.0)
-            self.progress.append_times_ms.append((time.time() - self.started) * 1000.0)
+            latency_ms = (now - t0) * 1000.0
+            ended = time.time()
+            self.progress.latencies_ms.append(latency_ms)
+            self.progress.append_times_ms.append((ended - self.started) * 1000.0)
             self.progress.appends += 1
             self.progress.events += len(events)
+            self.shard.latencies_ms.append(latency_ms)
+            self.shard.ok_times.append(ended)
+            self.shard.appends += 1
+            self.shard.events += len(events)
             self.next_seq = events.seqs.stop
             return events
         raise RuntimeError(f"session {self.handle.session_id}: gave up after "
                            f"{MAX_RESENDS} resends")
 
     async def show_workspace(self, body: str) -> None:
-        """Make ``body`` the session's workspace context (idempotent, so the handle
-        resends it through restarts); the event it appended, if any, is counted."""
+        """Make ``body`` the session's workspace context (idempotent, so it is sent
+        again through restarts and shard outages); the event it appended, if any, is
+        counted like an append."""
         t0 = time.perf_counter()
-        event = await self.handle.set_context(body)
+        event = await self._through_outage(partial(self.handle.set_context, body))
         if event is None:
             return
-        self.progress.latencies_ms.append((time.perf_counter() - t0) * 1000.0)
-        self.progress.append_times_ms.append((time.time() - self.started) * 1000.0)
+        latency_ms = (time.perf_counter() - t0) * 1000.0
+        ended = time.time()
+        self.progress.latencies_ms.append(latency_ms)
+        self.progress.append_times_ms.append((ended - self.started) * 1000.0)
         self.progress.appends += 1
         self.progress.events += 1
+        self.shard.latencies_ms.append(latency_ms)
+        self.shard.ok_times.append(ended)
+        self.shard.appends += 1
+        self.shard.events += 1
         self.next_seq = max(self.next_seq, event.seq + 1)
 
     async def _check_turn_open(self) -> None:
@@ -161,7 +271,8 @@ class SessionDriver:
         if self.turn_seq is None:
             return
         # Our turn goes on only while its turn/start is the log's last turn boundary.
-        boundary = last_turn_boundary(await self.handle.events(self.turn_seq))
+        boundary = last_turn_boundary(await self._through_outage(
+            partial(self.handle.events, self.turn_seq)))
         if boundary is not None and boundary.seq != self.turn_seq:
             raise TurnInterrupted(
                 f"turn closed at seq {boundary.seq}" if boundary.type == "turn/end"
@@ -191,8 +302,9 @@ class SessionDriver:
         await self.send([script.turn_end(turn)])
 
     async def run(self, turns: int) -> None:
-        """Run ``turns`` more turns, numbered after the log's last one."""
-        turn = await self._last_turn()
+        """Run ``turns`` more turns, numbered after the log's last one (``activate``
+        first if it was not). Raises what ``send`` raises but ``TurnInterrupted``."""
+        turn = self.last_turn if self.last_turn is not None else await self.activate()
         done = 0
         while done < turns:
             turn += 1
@@ -202,12 +314,14 @@ class SessionDriver:
             except TurnInterrupted:
                 self.progress.turns_interrupted += 1
             done += 1
-            snap = await self.handle.surface()
+            snap = await self._through_outage(self.handle.surface)
             self.progress.surface_points.append(SurfacePoint(
                 (time.time() - self.started) * 1000.0, self.handle.session_id,
                 len(snap.nodes), snap.replace_generation))
         try:
-            await self.handle.flush()
+            # Only a shard outage is waited out: a failed buffered write must reach the
+            # resync below, which counts what it lost.
+            await self._through_outage(self.handle.flush, (ShardUnavailable,))
         except (StoreError, RayActorError):
             # A buffered write failed after it was acknowledged: the session reloads
             # from the store; resyncing counts what it lost.
@@ -218,8 +332,13 @@ class SessionDriver:
 class DriverActor:
     """Drives many sessions concurrently (one asyncio task each)."""
 
-    def __init__(self, hosting: HostingConfig, config: ScriptConfig) -> None:
+    def __init__(self, hosting: HostingConfig, config: ScriptConfig,
+                 retry_for_s: float | None = None) -> None:
+        """``retry_for_s``: the client's retry window (``Client.retry_for_s``) once the
+        sessions are activated, after which a request whose shard does not answer is
+        refused with ``ShardUnavailable`` and counted as such (default: the client's)."""
         self._client = connect(config=hosting)
+        self._retry_for_s = retry_for_s
         self._config = config
         self._progress = DriverProgress()
 
@@ -231,8 +350,18 @@ class DriverActor:
         self._progress.sessions += len(session_ids)
         drivers = [SessionDriver(self._client.session(sid), AgentScript(sid, self._config),
                                  self._progress, t0) for sid in session_ids]
-        results = await asyncio.gather(*(d.run(turns) for d in drivers),
-                                       return_exceptions=True)
+        # Every session is activated first, within the client's default retry window:
+        # starting the actors' processes may take longer than the short window that
+        # measures outages, and a slow start is no outage.
+        activated = await asyncio.gather(*(d.activate() for d in drivers),
+                                         return_exceptions=True)
+        if self._retry_for_s is not None:
+            self._client.retry_for_s = self._retry_for_s
+        results = await asyncio.gather(
+            *(d.run(turns) for d, a in zip(drivers, activated, strict=True)
+              if not isinstance(a, BaseException)),
+            return_exceptions=True)
+        results += [a for a in activated if isinstance(a, BaseException)]
         for result in results:
             if isinstance(result, BaseException):
                 self._progress.errors += 1
@@ -249,7 +378,10 @@ class DriverActor:
                 "resent": self._client.resent, "lost": p.lost,
                 "errors": p.errors,
                 "finished": p.finished, "last_error": p.last_error,
-                "recent_latencies_ms": p.latencies_ms[-200:]}
+                "recent_latencies_ms": p.latencies_ms[-200:],
+                "by_shard": {name: {"events": s.events, "unavailable": s.unavailable,
+                                    "transient": s.transient}
+                             for name, s in p.by_shard.items()}}
 
 
 RemoteDriver: Any = ray.remote(DriverActor)

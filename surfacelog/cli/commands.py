@@ -598,10 +598,22 @@ def run(**options: Any) -> None:
     while compaction and pruning actors work, report, then verify the database replays
     to exactly what the live actors reported. Exit 0 when verification passed, 1 when it
     failed, 2 on a bad option, 3 when appends failed, 130 when interrupted (what was
-    acknowledged is kept; the next run on the same database resumes)."""
+    acknowledged is kept; the next run on the same database resumes), 4 when the run
+    could not start or complete (e.g. its local cluster did not start).
+
+    With ``--local-nodes N`` the run starts its own Ray cluster on this machine: a head
+    node (the GCS and the run's own actors; never killed) and N worker nodes hosting the
+    shards, whose files sit next to ``--db`` (``X.db`` -> ``X.s0.db``...) with the shard
+    map ``X.shards.json`` for ``verify``/``digest``/``inspect --shards``;
+    ``--kill-node-every S`` removes a random worker node every S seconds and adds it
+    back."""
     from surfacelog.cli.live import run_live
 
-    raise typer.Exit(run_live(RunConfig(**options)))
+    try:
+        config = RunConfig(**options)
+    except typer.BadParameter as exc:
+        raise _usage("run", exc.format_message().replace("\n", " ")) from exc
+    raise typer.Exit(run_live(config))
 
 
 def _fields_as_options(config: type[Any]) -> Signature:

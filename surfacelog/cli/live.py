@@ -4,6 +4,7 @@ report table or JSON, and the exit status."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from typing import Any
 
@@ -15,11 +16,12 @@ from rich.table import Table
 
 from surfacelog.actors.client import init_ray
 from surfacelog.cli.loadrun import run_workload
+from surfacelog.cli.localcluster import LocalCluster, make_shard_map, write_shard_map
 from surfacelog.cli.report_html import write_html
 from surfacelog.cli.runmodel import RunConfig, Sample
 from surfacelog.schema.codec import encode_json
 
-EXIT_OK, EXIT_VERIFY_FAILED, EXIT_ERRORS = 0, 1, 3
+EXIT_OK, EXIT_VERIFY_FAILED, EXIT_ERRORS, EXIT_FAILED = 0, 1, 3, 4
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
@@ -45,24 +47,84 @@ def _report_table(report: dict[str, Any]) -> Table:
         ("CPU per append, all processes (ms)", str(report["cpu_ms_per_append"])),
         ("verification", "passed" if report["verification"]["passed"] else "FAILED"),
     ]
+    if report["local_nodes"]:
+        rec = report["recovery_s"]
+        rows += [
+            ("local cluster", f"head + {report['local_nodes']} worker nodes, "
+                              f"{len(report['shards'])} shards, auth {report['auth_mode']}"),
+            ("shard map (for --shards)", str(report["shard_map"])),
+            ("node kills (abrupt)", f"{report['node_kills']} ({report['node_kills_abrupt']})"),
+            ("recovery, node lost -> shard serving: p50 / max (s)",
+             f"{rec['p50']} / {rec['max']}"
+             + (f"  never: {', '.join(rec['unrecovered'])}" if rec["unrecovered"] else "")),
+            ("requests refused during outages (retried)", str(report["unavailable"])),
+        ]
+    for name, shard in report["shards"].items():
+        if len(report["shards"]) == 1 and not report["local_nodes"]:
+            break  # one shard: the figures above are its own
+        lat, rec = shard["append_latency_ms"], shard["recovery_s"]
+        recovery = (f", recovery p50 {rec['p50']} / max {rec['max']} s" if rec["count"]
+                    else "")
+        rows.append((f"shard {name} (node {shard['node']})",
+                     f"{shard['events_per_s']} events/s, p50 {lat['p50']} / p99 {lat['p99']} "
+                     f"ms, {shard['unavailable']} refused, {shard['node_kills']} kills"
+                     + recovery))
     for k, v in rows:
         table.add_row(k, v)
     return table
 
 
 def run_live(cfg: RunConfig) -> int:
-    """Run the workload of ``cfg`` on Ray (started here unless already initialised),
-    showing its progress; print the report (``cfg.as_json``: as JSON on stdout, the
-    live view going to stderr) and write the HTML report when ``cfg.report`` is set.
-    Returns the exit status: 0 only when verification passed and nothing failed, 1 when
-    verification failed, 3 when appends failed, 130 when interrupted."""
+    """Run the workload of ``cfg`` on Ray (started here unless already initialised; with
+    ``cfg.local_nodes``, on a local cluster started here and always stopped), showing
+    its progress; print the report (``cfg.as_json``: as JSON on stdout, the live view
+    going to stderr) and write the HTML report when ``cfg.report`` is set. Returns the
+    exit status: 0 only when verification passed and nothing failed, 1 when
+    verification failed, 3 when appends failed, 4 when the run could not start or
+    complete (the reason on one line), 130 when interrupted. Raises nothing else."""
     console = Console(stderr=cfg.as_json)
     started_ray = not ray.is_initialized()
-    if started_ray:
-        console.print("starting Ray…" if cfg.address is None
-                      else f"joining Ray at {cfg.address}…")
-        init_ray(cfg.address, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+    report_fd = None
+    if cfg.local_nodes and cfg.as_json:
+        # The nodes' processes inherit file descriptor 1 and write to it (a killed
+        # raylet's last log lines): the JSON report alone goes to the real stdout,
+        # everything else to stderr.
+        sys.stdout.flush()
+        report_fd = os.dup(1)
+        os.dup2(2, 1)
+    try:
+        return _run(cfg, console, started_ray, report_fd)
+    finally:
+        if report_fd is not None:
+            os.dup2(report_fd, 1)
+            os.close(report_fd)
+
+
+def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | None
+         ) -> int:
+    """``run_live``'s body; the JSON report goes to ``report_fd`` when given."""
+    cluster: LocalCluster | None = None
+    try:
+        if cfg.local_nodes:
+            if not started_ray:
+                raise RuntimeError("Ray is already initialised in this process: a local "
+                                   "cluster cannot be started")
+            shards, map_path = make_shard_map(cfg.db, cfg.shard_count)
+            write_shard_map(shards, map_path)
+            console.print(f"starting a local cluster: a head node and {cfg.local_nodes} "
+                          f"worker nodes, {cfg.shard_count} shards (shard map {map_path})…",
+                          markup=False)
+            cluster = LocalCluster.start(shards, cfg.local_nodes)
+            init_ray(cluster.address, log_to_driver=False, configure_logging=False)
+        elif started_ray:
+            console.print("starting Ray…" if cfg.address is None
+                          else f"joining Ray at {cfg.address}…")
+            init_ray(cfg.address, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+    except Exception as exc:
+        console.print(f"run failed: cannot start Ray: {_one_line(exc)}", markup=False)
+        _stop(cluster, started_ray, console)
+        return EXIT_FAILED
     progress = Progress(TextColumn("turns"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=console)
     task = progress.add_task("turns", total=cfg.sessions * cfg.turns)
@@ -78,29 +140,43 @@ def run_live(cfg: RunConfig) -> int:
         line[0] = (f"events {sample.events}  ({rate:,.0f}/s)   append p50 {p50}   "
                    f"compactions {sample.compactions}   prunes {sample.prunes}   "
                    f"conflicts {sample.conflicts}   errors {sample.errors}")
+        if cluster is not None:
+            shards = "   ".join(
+                f"{name} {fig['events']} ev ({fig['events'] / sample.t:,.0f}/s, "
+                f"{fig['unavailable']} refused)" if sample.t > 0 else name
+                for name, fig in sorted(extra.get("shards", {}).items()))
+            down = extra.get("node_down")
+            line[0] += (f"\nshards: {shards}\nnode kills {extra.get('node_kills', 0)}"
+                        + ("" if down is None else f"   node {down} is down"))
         if extra.get("last_error") and sample.errors:
             line[0] += f"\nlast error: {extra['last_error']}"
         live.update(view())
 
     try:
         with Live(view(), console=console, refresh_per_second=8, transient=cfg.as_json) as live:
-            result = asyncio.run(run_workload(cfg, on_sample))
+            result = asyncio.run(run_workload(cfg, on_sample, cluster))
             final = result.progress
             progress.update(task, completed=final.turns_done + final.turns_interrupted)
             live.update(view())
     except KeyboardInterrupt:
         # asyncio.run cancelled the workload, whose cleanup flushed and stopped the
         # actors: what was acknowledged is stored, and the next run resumes from it.
-        console.print(f"\ninterrupted: every acknowledged event is in {cfg.db}; run again "
-                      "with the same --db to resume (not verified)")
+        where = cfg.db if cluster is None else \
+            f"the shards of {make_shard_map(cfg.db, cfg.shard_count)[1]}"
+        console.print(f"\ninterrupted: every acknowledged event is in {where}; run again "
+                      "with the same --db to resume (not verified)", markup=False)
         return EXIT_INTERRUPTED
+    except Exception as exc:  # reported on one line, with the exit status that says so
+        console.print(f"run failed: {_one_line(exc)}", markup=False)
+        return EXIT_FAILED
     finally:
-        if started_ray:
-            ray.shutdown()
+        _stop(cluster, started_ray, console)
     data = result.report()
     if cfg.report is not None:
         write_html(cfg.report, result)
-    if cfg.as_json:
+    if cfg.as_json and report_fd is not None:
+        os.write(report_fd, encode_json(data) + b"\n")
+    elif cfg.as_json:
         sys.stdout.write(encode_json(data).decode() + "\n")
     else:
         console.print(_report_table(data))
@@ -111,3 +187,17 @@ def run_live(cfg: RunConfig) -> int:
     if not result.verified:
         return EXIT_VERIFY_FAILED
     return EXIT_ERRORS if data["errors"] else EXIT_OK
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".replace("\n", " ")[:500]
+
+
+def _stop(cluster: LocalCluster | None, started_ray: bool, console: Console) -> None:
+    """Disconnect from Ray when this run connected, then stop ``cluster``'s nodes;
+    prints the problems the stop met."""
+    if started_ray and ray.is_initialized():
+        ray.shutdown()
+    if cluster is not None:
+        for problem in cluster.shutdown():
+            console.print(f"local cluster: {problem}", markup=False)

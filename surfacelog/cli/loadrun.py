@@ -18,21 +18,25 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
 import msgspec
 import ray
 from ray.exceptions import RayActorError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from surfacelog.actors.client import Client, connect
-from surfacelog.actors.compactor import RemoteCompactor, RemotePruner
+from surfacelog.actors.compactor import CompactorStats, RemoteCompactor, RemotePruner
 from surfacelog.actors.config import HostingConfig
 from surfacelog.actors.driver import DriverProgress, RemoteDriver
 from surfacelog.actors.protocol import failure_line
 from surfacelog.actors.retry import Backoff, through_restarts
 from surfacelog.actors.script import ScriptConfig
-from surfacelog.cli.runmodel import RunConfig, RunResult, Sample
+from surfacelog.cli.localcluster import LocalCluster, node_chaos, shard_files
+from surfacelog.cli.runmodel import NodeKill, RunConfig, RunResult, Sample
+from surfacelog.schema.errors import SurfacelogError
 from surfacelog.session.digest import SessionDigest, digest
 from surfacelog.store.base import StoreError
 
@@ -57,23 +61,38 @@ async def live_digests(client: Client, ids: list[str]) -> dict[str, SessionDiges
 
 
 async def flush_sessions(client: Client, ids: list[str]) -> list[str]:
-    """Flush every session; the write failures found (``session: error``)."""
+    """Flush every session; the write failures found (``session: error``), a session
+    whose shard did not answer included."""
     async def one(sid: str) -> str | None:
         try:
             await client.session(sid).flush()
-        except (StoreError, RayActorError) as exc:
+        except (StoreError, RayActorError, SurfacelogError) as exc:
             return failure_line(sid, exc)
         return None
     return [line for line in await asyncio.gather(*(one(s) for s in ids)) if line]
 
 
 def replay_digests(db: str) -> dict[str, SessionDigest]:
-    """Replay every stored session in a fresh process (``surfacelog digest``)."""
+    """Replay every stored session in a fresh process (``surfacelog digest``). Raises
+    ``subprocess.CalledProcessError`` when it fails."""
     out = subprocess.run(
         [sys.executable, "-m", "surfacelog.cli", "digest", db, "--json"],
         check=True, capture_output=True, text=True)
     raw = json.loads(out.stdout)
     return {sid: msgspec.convert(d, SessionDigest) for sid, d in raw.items()}
+
+
+def replay_shard_digests(shard_map: str) -> tuple[dict[str, SessionDigest], dict[str, str]]:
+    """Replay every stored session of every shard of the shard map file ``shard_map`` in
+    a fresh process (``surfacelog digest --shards FILE``): the digests by session, and
+    the shard each is stored on. Raises ``subprocess.CalledProcessError`` when it
+    fails."""
+    out = subprocess.run(
+        [sys.executable, "-m", "surfacelog.cli", "digest", "--shards", shard_map, "--json"],
+        check=True, capture_output=True, text=True)
+    entries = json.loads(out.stdout)
+    digests = {e["session"]: msgspec.convert(e["digest"], SessionDigest) for e in entries}
+    return digests, {e["session"]: e["shard"] for e in entries}
 
 
 def compare(live: dict[str, SessionDigest], replayed: dict[str, SessionDigest]) -> list[str]:
@@ -94,11 +113,17 @@ def compare(live: dict[str, SessionDigest], replayed: dict[str, SessionDigest]) 
 
 
 async def _poll(drivers: list[Any], compactor: Any, pruner: Any, started: float,
-                on_sample: Callable[[Sample, dict[str, Any]], None], done: asyncio.Event
-                ) -> list[Sample]:
+                on_sample: Callable[[Sample, dict[str, Any]], None], done: asyncio.Event,
+                node_kills: list[NodeKill]) -> list[Sample]:
     samples: list[Sample] = []
     while not done.is_set():
         progress = await asyncio.gather(*(d.progress.remote() for d in drivers))
+        by_shard: dict[str, dict[str, int]] = {}
+        for part in progress:
+            for name, figures in part["by_shard"].items():
+                mine = by_shard.setdefault(name, {"events": 0, "unavailable": 0})
+                mine["events"] += figures["events"]
+                mine["unavailable"] += figures["unavailable"]
         cstats, pstats = await asyncio.gather(compactor.stats.remote(), pruner.stats.remote())
         recent = [x for p in progress for x in p["recent_latencies_ms"]]
         sample = Sample(
@@ -114,7 +139,10 @@ async def _poll(drivers: list[Any], compactor: Any, pruner: Any, started: float,
         )
         samples.append(sample)
         on_sample(sample, {"last_error": next((p["last_error"] for p in progress
-                                               if p["last_error"]), None)})
+                                               if p["last_error"]), None),
+                           "shards": by_shard, "node_kills": len(node_kills),
+                           "node_down": next((k.node for k in node_kills
+                                              if k.added_at is None), None)})
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(done.wait(), timeout=0.25)
     return samples
@@ -137,67 +165,182 @@ def _merge(parts: list[DriverProgress]) -> DriverProgress:
         out.latencies_ms.extend(p.latencies_ms)
         out.append_times_ms.extend(p.append_times_ms)
         out.surface_points.extend(p.surface_points)
+        for name, record in p.by_shard.items():
+            out.shard(name).merge(record)
     return out
 
 
+CLUSTER_RETRY_FOR_S = 5.0
+"""The retry window of the run's own actors on a local cluster: a request whose shard's
+node is lost is refused with ``ShardUnavailable`` (counted, then sent again) after this
+long instead of ``Client.retry_for_s``'s 30 s, so that the report sees the outage."""
+
+
 async def run_workload(cfg: RunConfig,
-                       on_sample: Callable[[Sample, dict[str, Any]], None]) -> RunResult:
-    """Run the workload on an initialised Ray; returns the measured result, verified."""
+                       on_sample: Callable[[Sample, dict[str, Any]], None],
+                       cluster: LocalCluster | None = None) -> RunResult:
+    """Run the workload on an initialised Ray; returns the measured result, verified.
+
+    ``cluster``: the local cluster Ray runs on (``--local-nodes``): the sessions live on
+    its shards, the run's own actors (drivers, compactor, pruner) on its head node, so
+    that losing a worker node cannot take them, and ``--kill-node-every`` removes and
+    adds back its worker nodes meanwhile. Once the drivers started, every failure
+    (a driver actor lost, verification cut short by a lost node...) is reported in the
+    result, whose verification then fails, rather than raised. Raises what starting the
+    actors raises (Ray's errors, ``VersionRefused``)."""
     db = os.path.abspath(cfg.db)
-    hosting = HostingConfig.single(db, placement=cfg.placement, packs=cfg.packs,
-                                   durability=cfg.durability, idle_timeout_s=None,
-                                   writer=cfg.hosting_writer)
+    options: dict[str, Any] = {"placement": cfg.placement, "packs": cfg.packs,
+                               "durability": cfg.durability, "idle_timeout_s": None,
+                               "writer": cfg.hosting_writer}
+    shard_map_file: str | None = None
+    if cluster is None:
+        hosting = HostingConfig.single(db, **options)
+        shard_nodes: dict[str, int | None] = {name: None for name in hosting.shards.names}
+    else:
+        hosting = HostingConfig(cluster.shards, **options)
+        shard_map_file = str(shard_files(Path(db), len(cluster.shards.shards))[1])
+        shard_nodes = {name: cluster.node_of(name) for name in hosting.shards.names}
     client = connect(config=hosting)
     ids = session_ids(cfg.sessions)
     script = ScriptConfig(seed=cfg.seed, mode=cfg.mode)
-    opts = {"num_cpus": 0, "max_concurrency": 1000}
+    opts: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 1000}
+    retry_for_s: float | None = None
+    if cluster is not None:
+        # On the head node, which is never removed: a worker node's loss takes the
+        # shards it hosts, never the actors that drive and measure them.
+        opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+            cluster.head_node_id, soft=False)
+        retry_for_s = CLUSTER_RETRY_FOR_S
     compactor = RemoteCompactor.options(**opts).remote(
-        hosting, compact_at=cfg.compact_at, prune_over=cfg.prune_over)
+        hosting, retry_for_s, compact_at=cfg.compact_at, prune_over=cfg.prune_over)
     pruner = RemotePruner.options(**opts).remote(
-        hosting, compact_at=cfg.compact_at, prune_over=cfg.prune_over)
+        hosting, retry_for_s, compact_at=cfg.compact_at, prune_over=cfg.prune_over)
     await asyncio.gather(compactor.manage.remote(ids), pruner.manage.remote(ids))
     n_drivers = max(1, min(cfg.drivers, len(ids)))
-    drivers = [RemoteDriver.options(**opts).remote(hosting, script) for _ in range(n_drivers)]
+    drivers = [RemoteDriver.options(**opts).remote(hosting, script, retry_for_s)
+               for _ in range(n_drivers)]
     started = time.time()
     cpu_before = cpu_by_process() if cfg.address is None else None
     await asyncio.gather(compactor.start.remote(0.3), pruner.start.remote(0.3))
     done = asyncio.Event()
-    poller = asyncio.ensure_future(_poll(drivers, compactor, pruner, started, on_sample, done))
+    node_kills: list[NodeKill] = []
+    problems: list[str] = []
+    poller = asyncio.ensure_future(_poll(drivers, compactor, pruner, started, on_sample,
+                                         done, node_kills))
     chaos = asyncio.ensure_future(_chaos(client, ids, cfg, done))
+    node_chaos_task = None
+    if cluster is not None and cfg.kill_node_every_s > 0:
+        node_chaos_task = asyncio.ensure_future(node_chaos(
+            cluster, cfg.kill_node_every_s, cfg.node_down_s, cfg.seed,
+            _prober(client, ids), done, node_kills))
     shares = [ids[k::n_drivers] for k in range(n_drivers)]
+    cstats, pstats = CompactorStats(), CompactorStats()
+    live: dict[str, SessionDigest] = {}
+    journal: dict[str, Any] = {}
+    write_failures: list[str] = []
     try:
         try:
-            parts = await asyncio.gather(*(d.run.remote(share, cfg.turns, started)
-                                           for d, share in zip(drivers, shares, strict=True)))
+            results = await asyncio.gather(
+                *(d.run.remote(share, cfg.turns, started)
+                  for d, share in zip(drivers, shares, strict=True)),
+                return_exceptions=True)
         finally:
             done.set()
-            kills = await chaos
-            cstats, pstats = await asyncio.gather(compactor.stop.remote(),
-                                                  pruner.stop.remote())
-            samples = await poller
+            kills = await _outcome(chaos, "actor chaos", 0, problems)
+            if node_chaos_task is not None:
+                await _outcome(node_chaos_task, "node chaos", None, problems)
+            stopped = await asyncio.gather(compactor.stop.remote(), pruner.stop.remote(),
+                                           return_exceptions=True)
+            samples: list[Sample] = await _outcome(poller, "progress polling", [],
+                                                   problems)
+        parts = [r for r in results if isinstance(r, DriverProgress)]
+        problems += [f"a driver actor failed: {type(r).__name__}: {r}"[:300]
+                     for r in results if not isinstance(r, DriverProgress)]
+        for k, got in enumerate(stopped):
+            if isinstance(got, CompactorStats):
+                cstats, pstats = (got, pstats) if k == 0 else (cstats, got)
+            else:
+                problems.append(f"the {('compactor', 'pruner')[k]} actor failed: "
+                                f"{type(got).__name__}: {got}"[:300])
         wall = time.time() - started
         cpu_s = None if cpu_before is None else cpu_spent(cpu_before, cpu_by_process())
-        # Flush before reading the live state: a session whose buffered writes failed
-        # reports it here and reloads from the store, so what is read next is what
-        # survived, and the failure is counted instead of showing up as a mismatch.
-        write_failures = await flush_sessions(client, ids)
-        live = await live_digests(client, ids)
-        journal = await client.journal_stats()
-        write_failures += await client.passivate_all()
-        replayed = await asyncio.get_running_loop().run_in_executor(None, replay_digests, db)
+        try:
+            # Flush before reading the live state: a session whose buffered writes
+            # failed reports it here and reloads from the store, so what is read next is
+            # what survived, and the failure is counted instead of showing up as a
+            # mismatch.
+            write_failures = await flush_sessions(client, ids)
+            live = await live_digests(client, ids)
+            journal = await client.journal_stats()
+            write_failures += await client.passivate_all()
+            loop = asyncio.get_running_loop()
+            if shard_map_file is None:
+                replayed = await loop.run_in_executor(None, replay_digests, db)
+            else:
+                replayed, stored_on = await loop.run_in_executor(
+                    None, replay_shard_digests, shard_map_file)
+                problems += [f"{sid}: stored on shard {shard}, not on its home "
+                             f"{hosting.shards.home(sid).name}"
+                             for sid, shard in sorted(stored_on.items())
+                             if shard != hosting.shards.home(sid).name]
+            problems += compare(live, replayed)
+        except Exception as exc:  # e.g. a node lost meanwhile: reported, never raised
+            problems.append(f"verification could not complete: {_describe(exc)}")
     finally:
         for actor in (*drivers, compactor, pruner):
             ray.kill(actor)
         await asyncio.get_running_loop().run_in_executor(None, client.shutdown)
-    problems = compare(live, replayed)
-    merged = _merge(list(parts))
+    merged = _merge(parts)
+    merged.errors += n_drivers - len(parts)
     if cfg.durability == "durable":
         if merged.lost:
             problems.append(f"{merged.lost} acknowledged durable events are missing from "
                             "the logs")
         problems += [f"a durable write failed: {line}" for line in write_failures]
-    return RunResult(cfg, wall, merged, cstats, pstats, store_bytes(db), live,
-                     not problems, problems, samples, journal, kills, write_failures, cpu_s)
+    size = sum(store_bytes(shard.path) for shard in hosting.shards.shards)
+    return RunResult(cfg, wall, merged, cstats, pstats, size, live,
+                     not problems, problems, samples, journal, kills or 0, write_failures,
+                     cpu_s, shard_nodes=shard_nodes, shard_map=shard_map_file,
+                     node_kills=node_kills,
+                     auth_mode=None if cluster is None else cluster.auth_mode)
+
+
+def _prober(client: Client, ids: list[str]) -> Callable[[str], Awaitable[None]]:
+    """The node chaos's probe of a shard: its writer answers, then (when one of the
+    run's sessions lives there) that session serves a read. Raises ``ShardUnavailable``
+    (or the actor's error) while the shard does not serve."""
+    homes: dict[str, str] = {}
+    for sid in ids:
+        homes.setdefault(client.config.shards.home(sid).name, sid)
+
+    async def probe(shard: str) -> None:
+        await client.shard_ready(shard)
+        sid = homes.get(shard)
+        if sid is not None:
+            await client.session(sid).surface()
+    return probe
+
+
+T = TypeVar("T")
+
+
+async def _outcome(task: asyncio.Future[T], what: str, default: T,
+                   problems: list[str]) -> T:
+    """``task``'s result; when it failed, ``default``, with the failure added to
+    ``problems``."""
+    try:
+        return await task
+    except Exception as exc:
+        problems.append(f"{what} failed: {_describe(exc)}")
+        return default
+
+
+def _describe(exc: BaseException) -> str:
+    """One line naming ``exc``, with a failed subprocess's last stderr line."""
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, subprocess.CalledProcessError) and exc.stderr:
+        text += f" ({str(exc.stderr).strip().splitlines()[-1]})"
+    return text.replace("\n", " ")[:400]
 
 
 def cpu_by_process() -> dict[int, float]:
@@ -243,8 +386,11 @@ async def _chaos(client: Client, ids: list[str], cfg: RunConfig, done: asyncio.E
             await asyncio.wait_for(done.wait(), timeout=cfg.kill_every_s)
         if done.is_set():
             return kills
-        victim = client.journal if cfg.kill_journal and (kills + 1) % 2 == 0 \
-            else await client.actor(rng.choice(ids))
+        if cfg.kill_journal and (kills + 1) % 2 == 0:
+            names = sorted(client.journals)
+            victim = client.journals[names[0] if len(names) == 1 else rng.choice(names)]
+        else:
+            victim = await client.actor(rng.choice(ids))
         await kill_and_await_restart(victim)
         kills += 1
 

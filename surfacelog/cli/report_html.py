@@ -129,7 +129,7 @@ def render_report(result: RunResult) -> str:
             "surface nodes", surface_series, marks, chart_id="surface")),
     ]
     rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
-                   for k, v in report.items() if k != "journal")
+                   for k, v in report.items() if k not in ("journal", "shards"))
     body = "".join(f"<section><h2>{html.escape(t)}</h2>{svg}</section>" for t, svg in charts)
     status = "passed" if result.verified else "FAILED"
     return (
@@ -140,8 +140,30 @@ def render_report(result: RunResult) -> str:
         "text-align:left;font-size:13px}svg{background:#fff;border:1px solid #ddd}"
         "</style></head><body>"
         f"<h1>surfacelog run: verification {status}</h1>"
-        f"<table>{rows}</table>{body}</body></html>"
+        f"<table>{rows}</table>{_shard_table(report)}{body}</body></html>"
     )
+
+
+def _shard_table(report: dict[str, Any]) -> str:
+    """Per shard: its node, events/s, append latency p50/p99, refusals during outages,
+    node kills, recovery (node lost -> shard serving again) p50/max."""
+    head = ("<tr><th>shard</th><th>node</th><th>events</th><th>events/s</th>"
+            "<th>append p50 (ms)</th><th>append p99 (ms)</th><th>refused (outage)</th>"
+            "<th>node kills</th><th>recovery p50 (s)</th><th>recovery max (s)</th></tr>")
+    cells = []
+    for name, shard in report["shards"].items():
+        lat, rec = shard["append_latency_ms"], shard["recovery_s"]
+        values = [name, shard["node"], shard["events"], shard["events_per_s"], lat["p50"],
+                  lat["p99"], shard["unavailable"], shard["node_kills"], rec["p50"],
+                  rec["max"]]
+        cells.append("<tr>" + "".join(f"<td>{html.escape(str('-' if v is None else v))}"
+                                      "</td>" for v in values) + "</tr>")
+    rec = report["recovery_s"]
+    summary = (f"<p>{report['node_kills']} node kill(s), {report['node_kills_abrupt']} "
+               f"abrupt; recovery (node lost -&gt; shard serving again) p50 "
+               f"{rec['p50']} s, max {rec['max']} s</p>") if report["local_nodes"] else ""
+    return (f'<section><h2>Shards</h2>{summary}<table id="shards">{head}{"".join(cells)}'
+            "</table></section>")
 
 
 def write_html(path: str | Path, result: RunResult) -> None:

@@ -76,12 +76,50 @@ class RunConfig:
     kill_journal: Annotated[bool, Option(
         help="chaos: every second kill is of the shard's writer (the journal or the "
              "owner)")] = False
+    local_nodes: Annotated[int, Option(
+        min=0,
+        help="start a Ray cluster of a head node and this many worker nodes on this "
+             "machine (loopback only, token authentication on): the head holds the GCS "
+             "and the run's drivers, compactor and pruner and offers no shard; worker "
+             "node k mod N hosts shard k. 0 = the embedded one-node Ray")] = 0
+    shards: Annotated[int | None, Option(
+        min=1, show_default=False,
+        help="with --local-nodes: shards, each its own SQLite file next to --db "
+             "(X.db -> X.s0.db, X.s1.db...), listed in the shard map X.shards.json for "
+             "surfacelog verify/digest/inspect --shards [default: --local-nodes]")] = None
+    kill_node_every_s: Annotated[float, Option(
+        "--kill-node-every", min=0.0,
+        help="node chaos, with --local-nodes: every this many seconds remove a random "
+             "shard worker node (seeded; alternately graceful and abrupt) and add it "
+             "back after --node-down seconds; the head node is never killed (it holds "
+             "the GCS); 0 = off")] = 0.0
+    node_down_s: Annotated[float, Option(
+        "--node-down", min=0.0,
+        help="node chaos: how long a removed node stays down")] = 2.0
     as_json: Annotated[bool, Option("--json", help="machine-readable output")] = False
 
     def __post_init__(self) -> None:
         if self.writer == "owner" and self.placement != "packed":
             raise BadParameter("--writer owner hosts a shard's sessions in one actor: it "
                                "needs --placement packed", param_hint="'--writer'")
+        if not self.local_nodes:
+            for given, flag in ((self.shards is not None, "--shards"),
+                                (self.kill_node_every_s > 0, "--kill-node-every")):
+                if given:
+                    raise BadParameter(f"{flag} needs --local-nodes N (a local cluster "
+                                       "whose worker nodes host the shards)",
+                                       param_hint=f"'{flag}'")
+        elif self.address is not None:
+            raise BadParameter("--local-nodes starts its own cluster: it cannot join "
+                               "--address", param_hint="'--local-nodes'")
+
+    @property
+    def shard_count(self) -> int:
+        """The run's shards: ``--shards``, else one per worker node (1 without a local
+        cluster)."""
+        if self.shards is not None:
+            return self.shards
+        return max(1, self.local_nodes)
 
     @property
     def hosting_writer(self) -> Writer:
@@ -91,6 +129,26 @@ class RunConfig:
         if self.writer == "auto":
             return "owner" if self.placement == "packed" else "journal"
         return self.writer
+
+
+@dataclass
+class NodeKill:
+    """One removal of a worker node by the node chaos, and its shards' return."""
+
+    node: int
+    """The worker node (0-based; the head is never removed)."""
+    shards: list[str]
+    graceful: bool
+    lost_at: float
+    """When the removal started (epoch seconds): the node's shards stop serving."""
+    removed_s: float = 0.0
+    added_at: float | None = None
+    """When the node was registered again (epoch seconds)."""
+    add_s: float = 0.0
+    probed_at: dict[str, float] = field(default_factory=dict)
+    """When each of its shards first answered the chaos's probe after the return."""
+    probe_failures: int = 0
+    last_probe_error: str | None = None
 
 
 @dataclass
@@ -129,11 +187,91 @@ class RunResult:
     cpu_s: float | None = None
     """CPU seconds of every process of the embedded Ray (and this one) while the agents
     ran; ``None`` when the run joined a cluster, whose processes it cannot see."""
+    shard_nodes: dict[str, int | None] = field(default_factory=dict)
+    """Each shard's worker node (``None``: the embedded one-node Ray)."""
+    shard_map: str | None = None
+    """The shard map file written for a local cluster run (``--shards FILE``)."""
+    node_kills: list[NodeKill] = field(default_factory=list)
+    auth_mode: str | None = None
+    """Ray's authentication mode of a local cluster (``token``)."""
+
+    def recoveries(self) -> dict[str, list[float]]:
+        """Per shard, for each node kill that took it: seconds from the node's loss to
+        the shard serving again (its first acknowledged append, or its first answer to
+        the chaos's probe, after the node was back). A kill after which the shard never
+        served is left out (see ``unrecovered``)."""
+        out: dict[str, list[float]] = {name: [] for name in self.shard_nodes}
+        for kill in self.node_kills:
+            for shard in kill.shards:
+                back = self._served_again(kill, shard)
+                if back is not None:
+                    out.setdefault(shard, []).append(round(back - kill.lost_at, 3))
+        return out
+
+    def unrecovered(self) -> list[str]:
+        """``shard@node-kill-number`` of every kill after which a shard never served."""
+        return [f"{shard}@{k}" for k, kill in enumerate(self.node_kills)
+                for shard in kill.shards if self._served_again(kill, shard) is None]
+
+    def _served_again(self, kill: NodeKill, shard: str) -> float | None:
+        if kill.added_at is None:
+            return None
+        # The node's return starts the count of successes: before it, only an orphan of
+        # an abruptly killed node could still answer, for a moment.
+        back_from = kill.added_at - kill.add_s
+        record = self.progress.by_shard.get(shard)
+        first_ok = None if record is None else next(
+            (t for t in sorted(record.ok_times) if t >= back_from), None)
+        probed = kill.probed_at.get(shard)
+        times = [t for t in (first_ok, probed) if t is not None]
+        return min(times) if times else None
+
+    def _kill_entry(self, kill: NodeKill) -> dict[str, Any]:
+        """One node kill: its node and shards, how, how long the removal and the return
+        took, each shard's recovery (``None``: never served again), and the probes
+        that failed while its shards restarted (expected: they are retried)."""
+        recovery = {}
+        for shard in kill.shards:
+            back = self._served_again(kill, shard)
+            recovery[shard] = None if back is None else round(back - kill.lost_at, 3)
+        return {"node": kill.node, "shards": kill.shards, "graceful": kill.graceful,
+                "remove_node_s": kill.removed_s, "add_node_s": kill.add_s,
+                "recovery_s": recovery, "probe_failures": kill.probe_failures,
+                "last_probe_error": kill.last_probe_error}
+
+    def shard_report(self) -> dict[str, Any]:
+        """Per shard: its node, events, events/s, append latency p50/p99 (ms), refusals
+        during outages, node kills that took it, recovery p50/max (s)."""
+        recoveries = self.recoveries()
+        out: dict[str, Any] = {}
+        for name, node in self.shard_nodes.items():
+            record = self.progress.by_shard.get(name)
+            lat = sorted(record.latencies_ms) if record is not None else []
+            rec = sorted(recoveries.get(name, []))
+            waits = sorted(record.outages_s) if record is not None else []
+            events = record.events if record is not None else 0
+            out[name] = {
+                "node": node,
+                "events": events,
+                "appends": record.appends if record is not None else 0,
+                "events_per_s": round(events / self.wall_s, 1) if self.wall_s else 0.0,
+                "append_latency_ms": {"p50": _pct(lat, 50), "p99": _pct(lat, 99)},
+                "unavailable": record.unavailable if record is not None else 0,
+                "transient_errors": record.transient if record is not None else 0,
+                # What the drivers waited, per request refused at least once: from its
+                # first attempt to its success.
+                "outage_waits_s": {"count": len(waits), "max": waits[-1] if waits else None},
+                "node_kills": sum(1 for k in self.node_kills if name in k.shards),
+                "recovery_s": {"count": len(rec), "p50": _pct(rec, 50),
+                               "max": rec[-1] if rec else None},
+            }
+        return out
 
     def report(self) -> dict[str, Any]:
         """The report as one JSON-ready object."""
         lat = sorted(self.progress.latencies_ms)
         p = self.progress
+        recovered = sorted(t for ts in self.recoveries().values() for t in ts)
         return {
             "sessions": self.config.sessions,
             "turns": self.config.turns,
@@ -169,6 +307,19 @@ class RunResult:
                                   else round(1000 * self.cpu_s / p.appends, 3)),
             "verification": {"passed": self.verified, "sessions": len(self.live),
                              "mismatches": self.mismatches[:20]},
+            "local_nodes": self.config.local_nodes,
+            "shard_map": self.shard_map,
+            "auth_mode": self.auth_mode,
+            "shards": self.shard_report(),
+            "node_kills": len(self.node_kills),
+            "node_kills_abrupt": sum(1 for k in self.node_kills if not k.graceful),
+            "recovery_s": {"count": len(recovered), "p50": _pct(recovered, 50),
+                           "max": recovered[-1] if recovered else None,
+                           "unrecovered": self.unrecovered()},
+            "node_kill_log": [self._kill_entry(k) for k in self.node_kills[:50]],
+            "unavailable": sum(s.unavailable for s in p.by_shard.values()),
+            "outage_retries_other": sum(s.transient for s in p.by_shard.values()),
+            "compactor_outage_skips": self.compactor.unavailable + self.pruner.unavailable,
         }
 
 

@@ -1,0 +1,257 @@
+"""``surfacelog run --local-nodes N``: a multi-node Ray cluster on this machine, its
+shards, and the loss and return of its worker nodes.
+
+The cluster is Ray's own multi-node harness (``ray.cluster_utils.Cluster``): a head node
+that offers no shard (it holds the GCS and the run's own actors, and is never removed)
+and N worker nodes, each a separate raylet. Shard ``sK``'s custom resource
+(``surfacelog_shard_sK``) is offered by worker node ``K mod N``, so the shard's writer and
+session actors run there. Every shard file sits next to the run's ``--db`` on this
+machine's disk, so a node that comes back with the shard's resource finds the shard's
+file, as a node returning with its disk would.
+
+Names, for ``--db surfacelog.db`` and 2 shards: shard files ``surfacelog.s0.db`` and
+``surfacelog.s1.db``, shard map ``surfacelog.shards.json`` (relative paths, so
+``surfacelog verify --shards surfacelog.shards.json`` works from any folder).
+
+Every server listens on loopback only and Ray's token authentication stays on (a
+``Cluster`` started by hand does not turn it on the way ``ray.init`` does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from surfacelog.actors.client import local_ray_on_loopback
+from surfacelog.cli.runmodel import NodeKill
+from surfacelog.store.shards import Shard, ShardMap, default_resource
+
+NODE_START_TIMEOUT_S = 60.0
+"""How long starting the cluster waits for every node to register."""
+HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_failure_threshold": 5}
+"""The GCS's checks of its nodes: a node killed abruptly is found dead after about 5 s
+(Ray's defaults, 3 s x 5, take about 15 s), and only then does Ray restart its actors
+on the node that returns. A slower check would lengthen every abrupt outage; a faster
+one risks declaring a busy node of this small machine dead."""
+RECOVER_DEADLINE_S = 90.0
+"""How long the node chaos waits for a returned node's shards to serve again."""
+
+
+def shard_files(db: Path, count: int) -> tuple[list[Path], Path]:
+    """The shard files and the shard map file of a ``count``-shard run whose ``--db`` is
+    ``db``: ``X.db`` -> ``X.s0.db`` ... ``X.s{count-1}.db`` and ``X.shards.json``, all in
+    ``db``'s folder."""
+    stem = db.name[: -len(db.suffix)] if db.suffix else db.name
+    suffix = db.suffix or ".db"
+    files = [db.with_name(f"{stem}.s{k}{suffix}") for k in range(count)]
+    return files, db.with_name(f"{stem}.shards.json")
+
+
+def make_shard_map(db: Path, count: int) -> tuple[ShardMap, Path]:
+    """The shard map of a ``count``-shard run on ``db`` (absolute paths) and where it is
+    written (see ``write_shard_map``)."""
+    files, map_path = shard_files(db.absolute(), count)
+    shards = tuple(Shard(f"s{k}", str(path), default_resource(f"s{k}"))
+                   for k, path in enumerate(files))
+    return ShardMap(shards), map_path
+
+
+def write_shard_map(shards: ShardMap, path: Path) -> None:
+    """Write ``shards`` as a shard configuration at ``path`` (``load_shard_map``'s
+    format), each file named relative to ``path``'s folder when it is in it. Raises
+    ``OSError`` when it cannot be written."""
+    entries = []
+    for shard in shards.shards:
+        file = Path(shard.path)
+        rel = file.name if file.parent == path.absolute().parent else str(file)
+        entries.append({"name": shard.name, "path": rel, "resource": shard.resource})
+    path.write_bytes(msgspec.json.format(msgspec.json.encode({"shards": entries})) + b"\n")
+
+
+def _token_auth_on() -> str:
+    """Turn Ray's token authentication on for this process and the nodes it starts
+    (unless ``RAY_AUTH_MODE`` says otherwise), creating the token when missing; returns
+    the mode in force (``token`` expected). Ray reads the mode when it is imported, and
+    only ``ray.init`` turns it on by default: a ``Cluster`` started by hand would run
+    without it."""
+    # ray._raylet is compiled: its names are looked up, as no stubs declare them.
+    raylet = importlib.import_module("ray._raylet")
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            ensure_token_if_auth_enabled,
+        )
+        mode_of, token_mode = raylet.get_authentication_mode, raylet.AuthenticationMode.TOKEN
+    except (ImportError, AttributeError) as exc:  # an older Ray without token auth
+        return f"unavailable ({exc})"
+    if "RAY_AUTH_MODE" not in os.environ:
+        os.environ["RAY_AUTH_MODE"] = "token"
+        raylet.Config.initialize("")  # re-read the mode in this already running process
+    ensure_token_if_auth_enabled(None, create_token_if_missing=True)
+    mode = mode_of()
+    return "token" if mode == token_mode else str(mode)
+
+
+class LocalCluster:
+    """A head node and ``nodes`` worker nodes on this machine; worker node ``k`` (0-based)
+    offers the resources of the shards ``k, k + nodes, k + 2 * nodes, ...`` of
+    ``shards``. Build it with ``start``; always ``shutdown``.
+
+    ``remove_node`` and ``add_node`` must be called from the main thread: Ray's ``Node``
+    installs a SIGTERM handler when it starts."""
+
+    def __init__(self, shards: ShardMap, nodes: int, cluster: Any, auth_mode: str) -> None:
+        self.shards = shards
+        self.nodes = nodes
+        self._cluster = cluster
+        self._workers: dict[int, Any] = {}
+        self.auth_mode = auth_mode
+        """Ray's authentication mode in force (``token`` unless overridden)."""
+
+    @classmethod
+    def start(cls, shards: ShardMap, nodes: int) -> LocalCluster:
+        """Start the head node and ``nodes`` worker nodes, and wait until all are
+        registered. Raises ``ValueError`` when ``nodes`` < 1, and Ray's errors
+        (``TimeoutError``, ``RuntimeError``...) when a node does not start; the nodes
+        started so far are stopped then."""
+        if nodes < 1:
+            raise ValueError(f"a local cluster needs at least one worker node, not {nodes}")
+        local_ray_on_loopback()
+        auth_mode = _token_auth_on()
+        from ray.cluster_utils import Cluster
+
+        # The head offers no shard resource: nothing of a shard runs there, so removing
+        # a worker never takes the GCS or the run's own actors with it.
+        head = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 1, "include_dashboard": False, "_system_config": HEALTH_CHECKS})
+        self = cls(shards, nodes, head, auth_mode)
+        try:
+            for k in range(nodes):
+                self._workers[k] = self._start_worker(k)
+            head.wait_for_nodes(timeout=NODE_START_TIMEOUT_S)
+        except BaseException:
+            self.shutdown()
+            raise
+        return self
+
+    @property
+    def address(self) -> str:
+        """The GCS address to ``ray.init`` with."""
+        address: str = self._cluster.address
+        return address
+
+    @property
+    def head_node_id(self) -> str:
+        """The head node's id (hex), for ``NodeAffinitySchedulingStrategy``."""
+        node_id: str = self._cluster.head_node.node_id
+        return node_id
+
+    def node_of(self, shard: str) -> int:
+        """The worker node (0-based) that offers ``shard``'s resource."""
+        return self.shards.names.index(shard) % self.nodes
+
+    def shards_on(self, node: int) -> list[str]:
+        """The shards whose resource worker node ``node`` offers."""
+        return [name for k, name in enumerate(self.shards.names) if k % self.nodes == node]
+
+    def _start_worker(self, node: int) -> Any:
+        resources = {shard.resource: 1.0 for k, shard in enumerate(self.shards.shards)
+                     if k % self.nodes == node and shard.resource is not None}
+        return self._cluster.add_node(num_cpus=1, resources=resources,
+                                      include_dashboard=False)
+
+    def remove_node(self, node: int, graceful: bool) -> None:
+        """Stop worker node ``node``'s processes: with ``graceful``, a stop then a kill;
+        without, at once (as a machine that loses power). Raises ``KeyError`` when it is
+        not up."""
+        self._cluster.remove_node(self._workers.pop(node), allow_graceful=graceful)
+
+    def add_node(self, node: int) -> None:
+        """Start worker node ``node`` again with the same resources; returns once it is
+        registered. Raises ``ValueError`` when it is up, Ray's errors when it does not
+        start."""
+        if node in self._workers:
+            raise ValueError(f"worker node {node} is up")
+        self._workers[node] = self._start_worker(node)
+
+    def shutdown(self) -> list[str]:
+        """Stop every node; the problems met (each node is stopped regardless, by a kill
+        when its stop fails)."""
+        problems: list[str] = []
+        try:
+            self._cluster.shutdown()
+        except Exception as exc:
+            problems.append(f"cluster shutdown: {type(exc).__name__}: {exc}")
+            for node in list(self._cluster.list_all_nodes()):
+                try:
+                    node.kill_all_processes(check_alive=False, allow_graceful=False,
+                                            wait=True)
+                except Exception as kill_exc:
+                    problems.append(f"node kill: {type(kill_exc).__name__}: {kill_exc}")
+        self._workers.clear()
+        return problems
+
+
+Probe = Callable[[str], Awaitable[None]]
+"""Reads from shard ``name``; raises while the shard does not serve."""
+
+
+async def node_chaos(cluster: LocalCluster, every_s: float, down_s: float, seed: int,
+                     probe: Probe, done: asyncio.Event, kills: list[NodeKill]) -> None:
+    """Until ``done``: every ``every_s`` seconds remove a random worker node that offers
+    a shard (seeded by ``seed``; the head is never removed), alternately gracefully and
+    abruptly, keep it down ``down_s`` seconds, add it back with the same resources, and
+    wait until each of its shards answers ``probe`` (up to ``RECOVER_DEADLINE_S``)
+    before the next one. Appends each kill to ``kills`` as it happens. A removed node
+    is always added back, even when cancelled. Raises what ``LocalCluster.add_node``
+    raises."""
+    if every_s <= 0:
+        return
+    rng = random.Random(seed)
+    candidates = [k for k in range(cluster.nodes) if cluster.shards_on(k)]
+    while True:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(done.wait(), timeout=every_s)
+        if done.is_set():
+            return
+        node = rng.choice(candidates)
+        kill = NodeKill(node=node, shards=cluster.shards_on(node),
+                        graceful=len(kills) % 2 == 0, lost_at=time.time())
+        kills.append(kill)
+        # Blocking calls on the event loop's (main) thread, as Ray's Node wants; the
+        # drivers are actors of their own and go on meanwhile.
+        cluster.remove_node(node, kill.graceful)
+        kill.removed_s = round(time.time() - kill.lost_at, 3)
+        try:
+            await asyncio.sleep(down_s)
+        finally:
+            started = time.time()
+            cluster.add_node(node)
+            kill.added_at = time.time()
+            kill.add_s = round(kill.added_at - started, 3)
+        await asyncio.gather(*(_await_serving(shard, probe, kill) for shard in kill.shards))
+
+
+async def _await_serving(shard: str, probe: Probe, kill: NodeKill) -> None:
+    """Probe ``shard`` until it answers; record when in ``kill.probed_at``. Each failed
+    probe is counted in ``kill.probe_failures`` (they are expected while the shard's
+    actors restart)."""
+    deadline = time.monotonic() + RECOVER_DEADLINE_S
+    while time.monotonic() < deadline:
+        try:
+            await probe(shard)
+        except Exception as exc:  # the shard is still restarting: counted, probed again
+            kill.probe_failures += 1
+            kill.last_probe_error = f"{type(exc).__name__}: {exc}"[:200]
+            await asyncio.sleep(0.1)
+            continue
+        kill.probed_at[shard] = time.time()
+        return
