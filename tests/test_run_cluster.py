@@ -64,17 +64,17 @@ def stored_sessions(shard_map: Path) -> dict[str, str]:
 
 
 def test_cluster_run_survives_node_kills(tmp_path: Path) -> None:
-    """Two worker nodes, two shards, a node removed every 4 s (the first gracefully,
+    """Two worker nodes, two shards, a node removed every 3 s (the first gracefully,
     the next abruptly) and added back 2 s later: the run ends verified with nothing
     acknowledged lost, no error, and each kill's shards serving again."""
     db = tmp_path / "kills.db"
     html = tmp_path / "kills.html"
     report = run_report(db, "--local-nodes", "2", "--shards", "2", "--sessions", "8",
-                        "--turns", "10", "--kill-node-every", "4", "--report", str(html))
+                        "--turns", "40", "--kill-node-every", "3", "--report", str(html))
     assert report["verification"] == {"passed": True, "sessions": 8, "mismatches": []}
     assert report["errors"] == 0, report["last_error"]
     assert report["lost_acknowledged"] == 0 and report["write_failures"] == []
-    assert report["turns_done"] + report["turns_interrupted"] == 80
+    assert report["turns_done"] + report["turns_interrupted"] == 320
     assert report["auth_mode"] == "token"
     assert report["node_kills"] >= 1
     recovery = report["recovery_s"]
