@@ -123,6 +123,10 @@ class JournalActor:
         """The process serving this actor: a new one after Ray restarts it."""
         return os.getpid()
 
+    async def node_id(self) -> str:
+        """The Ray node this actor runs on (hex id), to check where it was placed."""
+        return str(ray.get_runtime_context().get_node_id())
+
     async def create_stored(self, header: SessionHeader, batch: BatchPayload) -> int:
         """``EventStore.create_stored``."""
         result = await (await self._get()).create_stored(header, unpack_batch(batch))
