@@ -289,10 +289,13 @@ class ScaleRun:
     session_cpu: float
     all_cpu: float
     commits: int
+    idle: tuple[float, float, float]
+    """CPU seconds per second of the writers, the session actors and every process
+    while nothing is appended (Ray's own threads: heartbeats, metrics, polling)."""
 
 
 async def scale_run(folder: str, count: int, writer: str, sessions: int, turns: int,
-                    chunks: int) -> ScaleRun:
+                    chunks: int, idle_s: float) -> ScaleRun:
     """One deployment of ``count`` shards: ``sessions`` per shard, each warmed up with a
     turn (activation), then ``turns`` measured turns, all sessions at once."""
     shards = shard_map(folder, f"scale-{writer}-{count}", count)
@@ -309,6 +312,13 @@ async def scale_run(folder: str, count: int, writer: str, sessions: int, turns: 
         writers = [await w.pid.remote() for w in client.journals.values()]
         actors = [s.pid for s in await client.actor_stats()]
         session_pids = [pid for pid in actors if pid not in writers]
+        # The idle rate: what these processes spend per second with no request at all.
+        i0, iw, isess, it = cpu_by_process(), cpu_of(writers), cpu_of(session_pids), \
+            time.perf_counter()
+        await asyncio.sleep(idle_s)
+        span = time.perf_counter() - it
+        idle = ((cpu_of(writers) - iw) / span, (cpu_of(session_pids) - isess) / span,
+                cpu_spent(i0, cpu_by_process()) / span)
         commits0 = (await client.journal_stats())["commits"]
         before = cpu_by_process()
         w0, s0 = cpu_of(writers), cpu_of(session_pids)
@@ -322,18 +332,19 @@ async def scale_run(folder: str, count: int, writer: str, sessions: int, turns: 
         events = sum(done)
         commits = (await client.journal_stats())["commits"] - commits0
         return ScaleRun(count, writer, events, elapsed, pct(latencies, 0.5),
-                        pct(latencies, 0.99), w1 - w0, s1 - s0, all_cpu, commits)
+                        pct(latencies, 0.99), w1 - w0, s1 - s0, all_cpu, commits, idle)
     finally:
         close(client)
 
 
 async def bench_scale(folder: str, report: Report, counts: Sequence[int], sessions: int,
-                      turns: int, chunks: int, writers: Sequence[str]) -> None:
+                      turns: int, chunks: int, writers: Sequence[str],
+                      idle_s: float = 2.0) -> None:
     for writer in writers:
         runs = {}
         for count in counts:
             runs[count] = run = await scale_run(folder, count, writer, sessions, turns,
-                                                chunks)
+                                                chunks, idle_s)
             print(f"    {writer}, {count} shard(s): {run.events:,} events in "
                   f"{run.elapsed:.2f} s", flush=True)
         one = runs[counts[0]]
@@ -356,6 +367,15 @@ async def bench_scale(folder: str, report: Report, counts: Sequence[int], sessio
                               one.writer_cpu * 1000 / one.events,
                               "journal actors" if writer == "journal" else
                               "owning session actors (hosting the sessions too)"))
+            # Net of the idle rate over the run's length: the work the events cost. More
+            # processes on two cores make each run longer, and every Ray process spends
+            # CPU on its own threads by the second.
+            net = (run.writer_cpu - run.idle[0] * run.elapsed) * per
+            one_net = (one.writer_cpu - one.idle[0] * one.elapsed) * 1000 / one.events
+            report.add(Figure(f"{k}.writer_net_cpu_per_1k", "a",
+                              f"{writer}, {count} shard(s): writer CPU per 1,000 events, "
+                              "net of idle", net, "CPU s", "1 shard", one_net,
+                              f"idle: {run.idle[0] * 1000 / count:.0f} ms/s per writer"))
             if writer == "journal":
                 report.add(Figure(f"{k}.session_cpu_per_1k", "a",
                                   f"{writer}, {count} shard(s): session actors' CPU per "
@@ -366,6 +386,13 @@ async def bench_scale(folder: str, report: Report, counts: Sequence[int], sessio
                               "1,000 events", run.all_cpu * per, "CPU s", "1 shard",
                               one.all_cpu * 1000 / one.events,
                               "driver, GCS, raylets, every actor"))
+            report.add(Figure(f"{k}.all_net_cpu_per_1k", "a",
+                              f"{writer}, {count} shard(s): CPU of every process per 1,000 "
+                              "events, net of idle",
+                              (run.all_cpu - run.idle[2] * run.elapsed) * per, "CPU s",
+                              "1 shard", (one.all_cpu - one.idle[2] * one.elapsed) * 1000
+                              / one.events,
+                              f"idle: {run.idle[2] * 1000:.0f} ms/s in all"))
             report.add(Figure(f"{k}.events_per_commit", "a",
                               f"{writer}, {count} shard(s): events per commit, per shard",
                               run.events / max(run.commits, 1), "events", "1 shard",
@@ -575,7 +602,7 @@ async def run_all(folder: str, nodes: Nodes, args: argparse.Namespace) -> Report
         print("a. scale-out: 1, 2, 4 shards", flush=True)
         await bench_scale(folder, report, (1, 2, 4), sessions=args.sessions or
                           (3 if quick else 12), turns=2 if quick else 6, chunks=8,
-                          writers=("journal", "owner"))
+                          writers=("journal", "owner"), idle_s=0.5 if quick else 2.0)
     if "b" in only:
         print("b. co-location", flush=True)
         await bench_colocation(folder, nodes, report, n=150 if quick else 1500,
