@@ -601,19 +601,19 @@ async def run_all(folder: str, nodes: Nodes, args: argparse.Namespace) -> Report
     if "a" in only:
         print("a. scale-out: 1, 2, 4 shards", flush=True)
         await bench_scale(folder, report, (1, 2, 4), sessions=args.sessions or
-                          (3 if quick else 12), turns=2 if quick else 6, chunks=8,
-                          writers=("journal", "owner"), idle_s=0.5 if quick else 2.0)
+                          (3 if quick else 12), turns=1 if quick else 6, chunks=8,
+                          writers=("journal", "owner"), idle_s=0.3 if quick else 2.0)
     if "b" in only:
         print("b. co-location", flush=True)
-        await bench_colocation(folder, nodes, report, n=150 if quick else 1500,
+        await bench_colocation(folder, nodes, report, n=100 if quick else 1500,
                                block=50 if quick else 100)
     if "c" in only or "d" in only:
         print("c/d. sessions per node, activation in waves", flush=True)
-        maximum = args.max_sessions or (1_500 if quick else 100_000)
-        checks = (500, 1_500) if quick else (1_000, 10_000, 50_000, 100_000)
+        maximum = args.max_sessions or (1_000 if quick else 100_000)
+        checks = (500, 1_000) if quick else (1_000, 10_000, 50_000, 100_000)
         await bench_held(folder, report, maximum, wave=args.wave or (500 if quick else 1000),
                          checkpoints=[c for c in checks if c <= maximum],
-                         rate_waves=3 if quick else 10, packs=2, chunks=8)
+                         rate_waves=2 if quick else 10, packs=2, chunks=8)
     return report
 
 
