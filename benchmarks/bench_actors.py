@@ -25,7 +25,13 @@ directory. Measures:
    ``--packed-max`` (target >= 10,000); ``dedicated`` is an estimate from the USS of
    ``--dedicated`` actors started for it;
 6. journal commits/s and events per commit (the journal's counters) with 50 sessions
-   appending at once vs one session appending alone.
+   appending at once vs one session appending alone;
+7. CPU per durable one-event append call, summed over every process of the embedded Ray
+   (psutil: driver, session actor, writer, raylet, GCS...), for ``writer="journal"`` and
+   ``writer="owner"``, vs the CPU of a no-op call on a bare async actor with an argument
+   of the same size (the append request's bytes) and a reply of the ack's size, in
+   alternating blocks (target: <= 1.5x); with the share of the driver, the session
+   actor and the writer.
 
 The machine's speed drifts (shared cores): the footer prints a pure-Python reference
 loop's time before and after, and the load average.
@@ -45,10 +51,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import psutil
 import ray
 
-from surfacelog.actors.client import Client, connect
+from surfacelog.actors.client import Client, connect, init_ray
 from surfacelog.actors.protocol import (
     decode_append,
     encode_append,
@@ -651,6 +658,108 @@ async def bench_journal(tmp: str, report: Report, sessions: int = 50, rounds: in
                           many[1], "events", "1 session alone", one[1]))
 
 
+# -- 7. CPU per durable append call -------------------------------------------------------
+
+
+def sink_actor() -> Any:
+    """A bare async actor class: the baseline of a Ray call that carries bytes and does
+    nothing. (Made here so that Ray ships it by value: workers cannot import this
+    script.)"""
+
+    class Sink:
+        def __init__(self, reply_size: int) -> None:
+            self._reply = b"\x00" * reply_size
+
+        async def take(self, request: bytes) -> bytes:
+            return self._reply
+
+        async def pid(self) -> int:
+            return os.getpid()
+
+    return ray.remote(Sink)
+
+
+def _cpu_all() -> dict[int, float]:
+    from surfacelog.cli.loadrun import cpu_by_process
+
+    return cpu_by_process()
+
+
+async def bench_append_cpu(tmp: str, report: Report, n: int = 2000, block: int = 200
+                           ) -> None:
+    """Sequential durable one-event appends and no-op calls of the same argument size, in
+    alternating blocks; CPU of every process of the embedded Ray read (psutil) around
+    each block and summed per side."""
+    from surfacelog.actors.protocol import AppendAck
+
+    data = {"turn": 1, "step": 1, "chunk": CHUNK}
+    for writer in ("journal", "owner"):
+        sid = f"cpu-{writer}"
+        host = open_host(tmp, sid, "packed", "durable", packs=1, writer=writer)
+        sink = sink_actor().options(num_cpus=0, max_concurrency=10_000)
+        bare = None
+        try:
+            handle = host.session(sid)
+            await handle.append("turn/start", {"turn": 1})
+            request = encode_append(sid, (AppendSpec("assistant/chunk", data),), None)
+            assert request is not None
+            reply = len(msgspec.msgpack.encode(AppendAck(1, time.time_ns() // 10**6)))
+            bare = sink.remote(reply)
+            actor = await host.actor(sid)
+            pids = {"driver": os.getpid(), "session actor": await actor.pid.remote()}
+            if writer == "journal":
+                pids["journal"] = await host.journal.pid.remote()
+            pids["no-op actor"] = await bare.pid.remote()
+
+            async def noop(bare: Any = bare, request: bytes = request) -> None:
+                await bare.take.remote(request)
+
+            async def append(handle: Any = handle, data: Any = data) -> None:
+                await handle.append("assistant/chunk", data)
+
+            await interleaved(noop, append, min(n, 200))  # warm up
+            cpu = {"noop": 0.0, "append": 0.0}
+            by_pid: dict[str, float] = {}
+            lat: dict[str, list[float]] = {"noop": [], "append": []}
+            while len(lat["append"]) < n:
+                for side, fn in (("noop", noop), ("append", append)):
+                    before = _cpu_all()
+                    lat[side] += await timed(fn, block)
+                    after = _cpu_all()
+                    cpu[side] += sum(t - before.get(pid, 0.0) for pid, t in after.items())
+                    for name, pid in pids.items():
+                        if (name == "no-op actor") != (side == "noop") and \
+                                name != "driver":
+                            continue
+                        key = f"{side}:{name}"
+                        by_pid[key] = by_pid.get(key, 0.0) + \
+                            after.get(pid, 0.0) - before.get(pid, 0.0)
+            per = {side: cpu[side] / len(lat[side]) * 1e6 for side in cpu}
+            count = len(lat["append"])
+            def split(side: str, count: int = count, by_pid: dict[str, float] = by_pid,
+                      per: dict[str, float] = per) -> tuple[str, float]:
+                mine = {k.split(":", 1)[1]: t / count * 1e6 for k, t in by_pid.items()
+                        if k.startswith(side + ":")}
+                return (", ".join(f"{name} {t:,.0f}" for name, t in mine.items()),
+                        per[side] - sum(mine.values()))
+
+            shares, rest = split("append")
+            noop_shares, noop_rest = split("noop")
+            report.add(Result("7", f"CPU per durable append call, writer {writer}",
+                              per["append"], "us", "no-op call, same argument size",
+                              per["noop"], "<= 1.5x", per["append"] <= 1.5 * per["noop"],
+                              f"every process of the embedded Ray, {count} calls each in "
+                              f"alternating blocks of {block}; per append (us): {shares}, "
+                              f"the rest (raylet, GCS, other workers) {rest:,.0f}; "
+                              f"per no-op call: {noop_shares}, the rest {noop_rest:,.0f}; "
+                              f"latency p50 {_median_us(lat['append']):,.0f} us vs "
+                              f"{_median_us(lat['noop']):,.0f}; request {len(request)} B"))
+        finally:
+            drop_host(host)
+            if bare is not None:
+                ray.kill(bare, no_restart=True)
+
+
 # -- main ------------------------------------------------------------------------------------
 
 
@@ -692,6 +801,10 @@ async def run_all(tmp: str, quick: bool, packed_max: int, dedicated: int,
         print("6. journal group commit", flush=True)
         await bench_journal(tmp, report, sessions=10 if quick else 50,
                             rounds=5 if quick else 20)
+    if wanted("7"):
+        print("7. CPU per durable append call", flush=True)
+        await bench_append_cpu(tmp, report, n=400 if quick else 3000,
+                               block=100 if quick else 250)
     return report
 
 
@@ -712,11 +825,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dedicated", type=int, default=40,
                         help="dedicated actors to start for the estimate (default 40)")
     parser.add_argument("--only", default=None,
-                        help="comma-separated sections to run (1-6), default all")
+                        help="comma-separated sections to run (1-7), default all")
     args = parser.parse_args(argv)
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    ray.init(num_cpus=2, namespace="surfacelog", include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
+    # A new local Ray on loopback, never a cluster another process left running.
+    init_ray(None, num_cpus=2, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
     try:
         with tempfile.TemporaryDirectory(prefix="bench-actors-") as tmp:
             t0 = time.perf_counter()

@@ -43,8 +43,12 @@ async def test_measurements_run_at_tiny_sizes(bench: ModuleType, tmp_path: Path)
     await bench.bench_packed(tmp, report, empty, maximum=60, wave=20,
                              checkpoints=(30, 60), sequential=5)
     await bench.bench_journal(tmp, report, sessions=3, rounds=2)
+    await bench.bench_append_cpu(tmp, report, n=20, block=10)
     sections = {r.section for r in report.results}
-    assert sections == {"1", "2", "3", "4", "5", "6"}
+    assert sections == {"1", "2", "3", "4", "5", "6", "7"}
+    cpu = [r for r in report.results if r.section == "7"]
+    assert [r.name.rsplit(" ", 1)[-1] for r in cpu] == ["journal", "owner"]
+    assert all(r.baseline and r.ratio is not None and r.ok is not None for r in cpu)
     for result in report.results:
         assert result.value >= 0, result
         assert result.baseline is None or result.ratio is not None, result

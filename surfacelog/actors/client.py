@@ -249,7 +249,8 @@ class Client:
             actor = RemoteSessionActor.options(
                 name=name, namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
                 max_restarts=-1, max_task_retries=0, num_cpus=0,
-                max_concurrency=_MAX_CONCURRENCY, resources=shard.pin,
+                max_concurrency=_MAX_CONCURRENCY,
+                resources=self.config.session_resources(shard),
             ).remote(self.config, shard.name)
             self._actors[name] = actor
         return actor

@@ -23,6 +23,10 @@ Writer = Literal["journal", "owner"]
 NAMESPACE = "surfacelog"
 """The Ray namespace of every named actor of surfacelog."""
 
+SESSION_RESOURCE = "surfacelog_sessions"
+"""The Ray custom resource that nodes offer to host session actors away from the shards'
+nodes (``HostingConfig.colocate=False``)."""
+
 
 def db_key(path: str) -> str:
     """A short stable key for a database path (names the actors that serve it)."""
@@ -46,6 +50,12 @@ class HostingConfig(msgspec.Struct, frozen=True):
       sessions and owns the file's connection itself, as a Durable Object owns its
       SQLite (one Ray call per durable append; ``placement`` must be ``packed`` and
       ``packs`` is then 1 per shard: a file has one writer).
+    - ``colocate``: where session actors run. ``True`` (default): on their shard's node
+      (its resource), beside the writer, so the session-to-writer call of a durable
+      append stays on one node. ``False``: on the nodes that offer ``SESSION_RESOURCE``
+      (which the deployment gives to compute nodes and not to the shards' nodes), every
+      session-to-writer call then crossing nodes; no session actor starts until such a
+      node is up. Not with ``writer="owner"``, whose session actor is the writer.
     """
 
     shards: ShardMap
@@ -55,6 +65,7 @@ class HostingConfig(msgspec.Struct, frozen=True):
     idle_timeout_s: float | None = 600.0
     store_options: dict[str, Any] = msgspec.field(default_factory=dict)
     writer: Writer = "journal"
+    colocate: bool = True
 
     def __post_init__(self) -> None:
         if self.packs < 1:
@@ -62,6 +73,9 @@ class HostingConfig(msgspec.Struct, frozen=True):
         if self.writer == "owner" and self.placement != "packed":
             raise ValueError("writer 'owner' hosts a shard's sessions in one actor: "
                              "it needs placement 'packed'")
+        if self.writer == "owner" and not self.colocate:
+            raise ValueError("writer 'owner': the session actor is the shard's writer, "
+                             "so it runs on the shard's node (colocate must be True)")
 
     @classmethod
     def single(cls, db: str | os.PathLike[str] = "surfacelog.db",
@@ -69,9 +83,15 @@ class HostingConfig(msgspec.Struct, frozen=True):
         """One shard: the database file ``db``."""
         return cls(ShardMap.single(db), **options)
 
+    def session_resources(self, shard: Shard) -> dict[str, float]:
+        """Ray ``resources=`` of the session actors of ``shard`` (see ``colocate``): the
+        shard's own pin, or a sliver of ``SESSION_RESOURCE``."""
+        return shard.pin if self.colocate else {SESSION_RESOURCE: 0.001}
+
     def shard_key(self, shard: Shard) -> str:
         """The key that names ``shard``'s actors (its journal, packs, sessions)."""
         return db_key(shard.path)
 
 
-__all__ = ["NAMESPACE", "Durability", "HostingConfig", "Placement", "Writer", "db_key"]
+__all__ = ["NAMESPACE", "SESSION_RESOURCE", "Durability", "HostingConfig", "Placement", "Writer",
+           "db_key"]

@@ -29,7 +29,7 @@ import contextlib
 import os
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import ray
 
@@ -49,6 +49,7 @@ from surfacelog.store.rows import EncodedBatch
 from surfacelog.store.stored import StoredSession
 
 T = TypeVar("T")
+A = TypeVar("A")
 BackendOpener = Callable[[], Awaitable[EventStore]]
 """What a journal is built with: a picklable callable that opens its backend."""
 SHIP_DELAY_S = 0.05
@@ -79,6 +80,48 @@ async def _resending(send: Callable[[bool], Awaitable[T]]) -> T:
     (same epoch, seqs stored) and commits one it lost. Raises the last ``RayActorError``
     after ``JOURNAL_RESTART_S``, and the journal's own errors at once."""
     return await through_restarts(send, JOURNAL_RESTART_S)
+
+
+class Gathered(Generic[A, T]):
+    """Concurrent requests of one kind to the journal, sent as few calls: a request sent
+    while no call of its kind is in flight goes at once (with whatever joined it in the
+    same turn of the event loop); those that arrive while a call is in flight go
+    together in one call when it returns. A call costs both processes about as much CPU
+    as serving a request, so sessions activated or appending durably at once share
+    calls, and the journal commits what a call carries in one group.
+
+    ``send`` makes one call of a list of requests and returns one outcome each, in
+    order: a result, or the exception to raise to that request's caller."""
+
+    def __init__(self, send: Callable[[list[A]], Awaitable[list[T | BaseException]]]
+                 ) -> None:
+        self._send = send
+        self._queue: list[tuple[A, asyncio.Future[T]]] = []
+        self._sender: asyncio.Task[None] | None = None
+
+    async def __call__(self, request: A) -> T:
+        """The outcome of ``request``; raises its exception, or the call's own error
+        (e.g. ``RayActorError``) when the whole call failed."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.append((request, future))
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.get_running_loop().create_task(self._send_all())
+        return await future
+
+    async def _send_all(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue, []
+            try:
+                outcomes = await self._send([request for request, _ in batch])
+            except BaseException as exc:  # the call failed: so did each request of it
+                outcomes = [exc] * len(batch)
+            for (_, future), outcome in zip(batch, outcomes, strict=True):
+                if future.done():  # its caller was cancelled
+                    continue
+                if isinstance(outcome, BaseException):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
 
 
 def journal_name(db: str) -> str:
@@ -123,6 +166,10 @@ class JournalActor:
         """The process serving this actor: a new one after Ray restarts it."""
         return os.getpid()
 
+    async def node_id(self) -> str:
+        """The Ray node this actor runs on (hex id), to check where it was placed."""
+        return str(ray.get_runtime_context().get_node_id())
+
     async def create_stored(self, header: SessionHeader, batch: BatchPayload) -> int:
         """``EventStore.create_stored``."""
         result = await (await self._get()).create_stored(header, unpack_batch(batch))
@@ -143,6 +190,17 @@ class JournalActor:
         activation."""
         got = await (await self._get()).read_stored_or_create(header)
         return got if isinstance(got, int) else encode_stored(got)
+
+    async def read_stored_or_create_many(self, headers: list[SessionHeader]
+                                         ) -> list[bytes | int | BaseException]:
+        """``read_stored_or_create`` of each header, concurrently (so the backend may
+        serve them in one transaction); one outcome each, in order: the read as
+        ``encode_stored`` bytes, the new session's writer epoch, or the error."""
+        store = await self._get()
+        results = await asyncio.gather(*(store.read_stored_or_create(h) for h in headers),
+                                       return_exceptions=True)
+        return [r if isinstance(r, (int, BaseException)) else encode_stored(r)
+                for r in results]
 
     async def append(self, session_id: str, batch: BatchPayload, epoch: int,
                      durable: bool, resend: bool = False) -> None:
@@ -218,6 +276,25 @@ class JournalStore(EventStore):
         self._idle.set()
         self._sender: asyncio.Task[None] | None = None
         self._failed: dict[str, BaseException] = {}
+        self._opens: Gathered[SessionHeader, bytes | int] = Gathered(self._open_many)
+        self._durable: Gathered[tuple[str, BatchPayload, int, bool], None] = \
+            Gathered(self._append_durable)
+
+    async def _open_many(self, headers: list[SessionHeader]
+                         ) -> list[bytes | int | BaseException]:
+        outcomes: list[bytes | int | BaseException] = \
+            await self._journal.read_stored_or_create_many.remote(headers)
+        return outcomes
+
+    async def _append_durable(self, batches: list[tuple[str, BatchPayload, int, bool]]
+                              ) -> list[BaseException | None]:
+        """Durable batches of several sessions in one ``append_many`` call, sent again
+        while the journal restarts (see ``_resending``)."""
+        wire = [(sid, payload, epoch) for sid, payload, epoch, _ in batches]
+        resend = any(again for *_, again in batches)
+        results: list[BaseException | None] = await _resending(
+            partial(self._append_many, wire, resend))
+        return results
 
     async def create_stored(self, header: SessionHeader, batch: EncodedBatch) -> int:
         epoch: int = await self._journal.create_stored.remote(header, pack_batch(batch))
@@ -239,9 +316,10 @@ class JournalStore(EventStore):
         return decode_stored(payload)
 
     async def read_stored_or_create(self, header: SessionHeader) -> StoredSession | int:
-        """One round trip to the journal (see ``EventStore.read_stored_or_create``)."""
+        """One round trip to the journal (see ``EventStore.read_stored_or_create``),
+        shared with the activations of other sessions of this actor at the same time."""
         await self._settle(header.id)
-        answer: bytes | int = await self._journal.read_stored_or_create.remote(header)
+        answer = await self._opens(header)
         return answer if isinstance(answer, int) else decode_stored(answer)
 
     def _raise_failed(self, session_id: str) -> None:
@@ -269,8 +347,9 @@ class JournalStore(EventStore):
         payload = pack_batch(batch)
         if durable:
             await self.flush_session_queue()
-            await _resending(lambda again: self._journal.append.remote(
-                session_id, payload, epoch, True, resend or again))
+            # Shared with the durable batches of other sessions of this actor sent at
+            # the same time (a resend marks the whole call, as for buffered batches).
+            await self._durable((session_id, payload, epoch, resend))
             return
         self._queue.append((session_id, payload, epoch, count))
         # A resend marks its whole shipment, which is harmless for the others: a writer

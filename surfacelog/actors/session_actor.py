@@ -208,6 +208,10 @@ class SessionActor:
         """The process serving this actor: a new one after Ray restarts it."""
         return os.getpid()
 
+    async def node_id(self) -> str:
+        """The Ray node this actor runs on (hex id), to check where it was placed."""
+        return str(ray.get_runtime_context().get_node_id())
+
     async def append(self, session_id: str, spec: AppendSpec,
                      expected_seq: int | None = None) -> Event:
         events = await self._run(session_id, lambda h: h.append_batch([spec], expected_seq))

@@ -12,8 +12,8 @@ from typing import Any, Final, Literal, TypeVar
 import msgspec
 
 from surfacelog.schema.codec import JSON_ENCODER
-from surfacelog.schema.errors import InvalidArgument
-from surfacelog.schema.header import SessionHeader, header_to_json
+from surfacelog.schema.errors import DecodeError, InvalidArgument
+from surfacelog.schema.header import SessionHeader, check_header, header_to_json
 from surfacelog.store.base import EventStore, SessionInfo
 from surfacelog.store.connection import ConnectionThread
 from surfacelog.store.errors import DatabaseNotFound, SessionNotFound, StoreError
@@ -193,6 +193,26 @@ class SqliteEventStore(EventStore):
         assert waiter is not None
         await waiter
         return 1
+
+    async def read_stored_or_create(self, header: SessionHeader) -> StoredSession | int:
+        """``EventStore.read_stored_or_create`` as one item of the group writer: in the
+        group's transaction a stored session is taken for writing (epoch bumped, read
+        whole) and a missing one created, so that sessions activated at once share a
+        transaction and an fsync, and nothing waits for the queue to drain first (the
+        batches queued before it are written before it, in order). Raises
+        ``CommitFailed``, ``StoreError``, ``surfacelog.schema.DecodeError`` (a header
+        this build cannot read, when the session is missing)."""
+        self._check_open()
+        try:
+            check_header(header)
+        except DecodeError:
+            # Refused only when the session must be created: the general path says so.
+            return await super().read_stored_or_create(header)
+        new = NewSession(JSON_ENCODER.encode(header_to_json(header)).decode(),
+                         header.created_at, or_open=True)
+        item, waiter = self._writer.open_or_create(header.id, new)
+        await waiter
+        return 1 if item.opened is None else item.opened
 
     async def append_stored(self, session_id: str, batch: EncodedBatch, *, epoch: int,
                             durable: bool = True, resend: bool = False) -> None:

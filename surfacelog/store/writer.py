@@ -13,7 +13,12 @@ Grouping rules:
   running one is done. This is where concurrent durable writers share commits.
 
 Creating a session is queued the same way (a ``PendingBatch`` carrying the session row),
-so that many sessions created at once share commits instead of paying an fsync each.
+so that many sessions created at once share commits instead of paying an fsync each. So
+is taking a session for writing that may not exist yet (``open_or_create``): in the
+group's transaction, a stored session's writer epoch is bumped and its rows read, a
+missing one is created. Sessions activated at once then share one transaction, and the
+read needs no drain of the queue first: every batch queued before it is written earlier
+in the same transaction or in an earlier one.
 
 Within a group each batch runs in its own SAVEPOINT and checks, in the same transaction,
 that its session exists, its writer epoch is current and it starts at the stored next
@@ -50,7 +55,8 @@ from surfacelog.store.errors import (
     StoreError,
     WriterFenced,
 )
-from surfacelog.store.rows import EncodedBatch, insert_rows
+from surfacelog.store.rows import NO_ROWS, SELECT_EVENTS, EncodedBatch, insert_rows
+from surfacelog.store.stored import StoredSession
 
 _ADVANCE = (
     "UPDATE sessions SET next_seq = ?, last_time = ?"
@@ -65,10 +71,13 @@ _ROW_ERRORS = (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.Programmi
 
 
 class NewSession(NamedTuple):
-    """The ``sessions`` row of a session being created: its header as JSON text."""
+    """The ``sessions`` row of a session being created: its header as JSON text.
+    ``or_open``: when the session is stored already, take it for writing instead (bump
+    its writer epoch and read it whole) rather than refuse with ``SessionExists``."""
 
     header_json: str
     created_at: int
+    or_open: bool = False
 
 
 class PendingBatch:
@@ -76,10 +85,11 @@ class PendingBatch:
     ``create``, the batch creates its session (writer epoch 1) and holds its first
     events, if any. With ``resend``, the batch may already be stored (see
     ``GroupWriter.submit``). ``written``: its rows went into the last transaction that
-    tried it (false for a resend found already stored)."""
+    tried it (false for a resend found already stored). ``opened``: for a create
+    ``or_open`` that found its session stored, what the transaction read."""
 
-    __slots__ = ("batch", "create", "epoch", "id", "resend", "session_id", "waiter",
-                 "written")
+    __slots__ = ("batch", "create", "epoch", "id", "opened", "resend", "session_id",
+                 "waiter", "written")
 
     def __init__(self, id: int, session_id: str, epoch: int, batch: EncodedBatch,
                  waiter: asyncio.Future[None] | None,
@@ -92,6 +102,7 @@ class PendingBatch:
         self.create = create
         self.resend = resend
         self.written = False
+        self.opened: StoredSession | None = None
 
 
 class WriterStats(Struct, frozen=True):
@@ -146,7 +157,7 @@ def _write_batch(conn: sqlite3.Connection, item: PendingBatch) -> StoreError | N
     try:
         if item.create is not None:
             outcome = _create_session(conn, item, item.create)
-            write = outcome is None
+            write = outcome is None and item.opened is None
         else:
             cursor = conn.execute(_ADVANCE, (batch.start + len(batch.rows),
                                              batch.last_time, item.session_id, item.epoch,
@@ -168,8 +179,20 @@ def _write_batch(conn: sqlite3.Connection, item: PendingBatch) -> StoreError | N
 
 def _create_session(conn: sqlite3.Connection, item: PendingBatch,
                     new: NewSession) -> StoreError | None:
+    item.opened = None
     exists = conn.execute("SELECT 1 FROM sessions WHERE id = ?",
                           (item.session_id,)).fetchone()
+    if exists is not None and new.or_open:
+        # Taken for writing as ``read_stored(bump=True)`` does, in this transaction.
+        sid = item.session_id
+        conn.execute("UPDATE sessions SET writer_epoch = writer_epoch + 1 WHERE id = ?",
+                     (sid,))
+        header, epoch, next_seq = conn.execute(
+            "SELECT header, writer_epoch, next_seq FROM sessions WHERE id = ?",
+            (sid,)).fetchone()
+        rows = conn.execute(SELECT_EVENTS, (sid, 0, -1)).fetchall()
+        item.opened = StoredSession(header, epoch, next_seq, rows)
+        return None
     if exists is not None:
         return SessionExists(f"session {item.session_id!r} is already stored")
     conn.execute(_CREATE, (item.session_id, new.header_json, new.created_at,
@@ -235,6 +258,26 @@ class GroupWriter:
         commits, batches queued now."""
         return WriterStats(self._commits, self._batches, self._events, self._failed_commits,
                            len(self._queue))
+
+    def open_or_create(self, session_id: str, new: NewSession
+                       ) -> tuple[PendingBatch, asyncio.Future[None]]:
+        """Queue the creation of ``session_id`` (``new``, with ``or_open``) that takes
+        it for writing instead when it is stored. Returns the queued item and the
+        future that completes when its group is committed: the item's ``opened`` is
+        then the read of a stored session (its epoch bumped), or ``None`` for a new one
+        (writer epoch 1). The future fails with ``CommitFailed`` (the item stays queued
+        and is tried again with the next group, as every batch is) or ``StoreError``.
+        Raises ``StoreError`` once closed."""
+        if not new.or_open:
+            new = new._replace(or_open=True)
+        self._check_open()
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        item = PendingBatch(self._next_id, session_id, 1, NO_ROWS, waiter, new)
+        self._queue.append(item)
+        self._next_id += 1
+        self._urgent.set()
+        self._kick.set()
+        return item, waiter
 
     def submit(self, session_id: str, epoch: int, batch: EncodedBatch, *,
                durable: bool, create: NewSession | None = None, resend: bool = False
