@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from surfacelog.actors.live import LiveSession
-from surfacelog.actors.protocol import decode_append, encode_append
-from surfacelog.schema.codec import decode_log, read_log
+from surfacelog.actors.protocol import AppendRequest, decode_append, encode_append
+from surfacelog.schema.codec import JSON_ENCODER, decode_log, read_log
 from surfacelog.schema.errors import (
     JsonValueError,
     LineTooLong,
@@ -97,8 +97,12 @@ async def test_wire_append_refuses_deep_data_before_acknowledging(tmp_path: Path
     try:
         host = await LiveSession.activate("s", store)
         before = len(host.session)
-        request = encode_append("s", [AppendSpec("x/y", nested(500), ignorable=True)], None)
-        assert request is not None
+        deep = [AppendSpec("x/y", nested(500), ignorable=True)]
+        # The client refuses it before it travels, naming the event...
+        with pytest.raises(NestingError, match="x/y"):
+            encode_append("s", deep, 7)
+        # ...and a request made some other way is refused by the session actor.
+        request = JSON_ENCODER.encode(AppendRequest("s", deep, None))
         specs = decode_append(request).specs
         with pytest.raises(NestingError, match="x/y"):
             await host.append_batch(specs, owned=True)
