@@ -13,6 +13,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -431,17 +432,40 @@ def test_bad_files_are_one_line(tmp_path: Path, runner: CliRunner, kind: str) ->
 
 
 def test_repeated_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
-    big = _big_log(tmp_path / "many.jsonl", 300_000, 10)
+    # fold reads a pipe that a writer keeps feeding, so it is surely still reading when
+    # the signals come, however fast the machine.
+    pipe = tmp_path / "endless.jsonl"
+    os.mkfifo(pipe)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "surfacelog.cli", "fold", str(big),
-                             str(big), str(big)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    time.sleep(3.0)
-    assert proc.poll() is None, "fold ended before it could be interrupted"
-    for _ in range(5):
-        proc.send_signal(signal.SIGINT)
-        time.sleep(0.02)
-    _, err = proc.communicate(timeout=60)
+    proc = subprocess.Popen([sys.executable, "-m", "surfacelog.cli", "fold", str(pipe)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stop = threading.Event()
+    fed = threading.Event()
+
+    def feed() -> None:
+        with contextlib.suppress(BrokenPipeError), pipe.open("wb") as out:
+            seq = 0
+            while not stop.is_set():
+                out.write(b'{"type":"x/note","seq":%d,"time":1,"data":{},"ignorable":true}\n'
+                          % seq)
+                out.flush()
+                seq += 1
+                if seq == 1000:
+                    fed.set()
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    try:
+        assert fed.wait(60), "fold never read its input"
+        assert proc.poll() is None
+        for _ in range(5):
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.02)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        stop.set()
+        proc.kill()
+        writer.join(10)
     assert proc.returncode == 130, err
     assert b"Traceback" not in err
     assert err.decode().strip() == "surfacelog: interrupted"

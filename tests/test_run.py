@@ -162,7 +162,7 @@ def test_run_under_chaos_stays_consistent(tmp_path: Path, durability: str, write
     replays to what the live actors report. Durable: no acknowledged event is missing.
     Buffered: what was lost is counted, and the live sessions agree with the store."""
     db = tmp_path / "chaos.db"
-    report = run_json(db, "--sessions", "6", "--turns", "5", "--mode", "chunk",
+    report = run_json(db, "--sessions", "6", "--turns", "12", "--mode", "chunk",
                       "--kill-every", kill_every, "--kill-journal", "--durability",
                       durability, "--writer", writer)
     assert report["writer"] == writer
@@ -171,7 +171,7 @@ def test_run_under_chaos_stays_consistent(tmp_path: Path, durability: str, write
         assert report["lost_acknowledged"] == 0 and report["write_failures"] == []
         assert report["log_events"] >= report["events"]
     assert report["errors"] == 0, report["last_error"]
-    assert report["turns_done"] + report["turns_interrupted"] == 30
+    assert report["turns_done"] + report["turns_interrupted"] == 72
     assert report["verification"] == {"passed": True, "sessions": 6, "mismatches": []}
 
 
