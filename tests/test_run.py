@@ -101,11 +101,11 @@ def run_json(db: Path, *extra: str) -> dict:  # type: ignore[type-arg]
 def test_run_reports_consistent_figures_and_verifies(tmp_path: Path) -> None:
     db = tmp_path / "run.db"
     html = tmp_path / "report.html"
-    report = run_json(db, "--sessions", "4", "--turns", "3", "--compact-at", "600",
+    report = run_json(db, "--sessions", "4", "--turns", "8", "--compact-at", "600",
                       "--report", str(html))
     assert report["verification"] == {"passed": True, "sessions": 4, "mismatches": []}
     assert report["errors"] == 0
-    assert report["turns_done"] + report["turns_interrupted"] == 12
+    assert report["turns_done"] + report["turns_interrupted"] == 32
     assert report["events"] > 0 and report["appends"] > 0
     # Every appended event is in the logs; the rest are seed markers and compactions'
     # own batches, never fewer.
