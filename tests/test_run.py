@@ -35,7 +35,8 @@ def test_run_options_are_run_config_fields() -> None:
     assert {"--sessions", "--turns", "--placement", "--packs", "--drivers", "--compact-at",
             "--prune-over", "--durability", "--mode", "--db", "--address", "--report",
             "--seed", "--kill-every", "--kill-journal", "--json", "--writer",
-            "--local-nodes", "--shards", "--kill-node-every", "--node-down"} == flags
+            "--local-nodes", "--shards", "--kill-node-every", "--node-down",
+            "--summariser"} == flags
 
 
 def test_run_builds_one_run_config_from_its_options(monkeypatch: pytest.MonkeyPatch,
@@ -217,6 +218,22 @@ def test_inspect_a_known_database(tmp_path: Path) -> None:
 
     missing = runner.invoke(app, ["inspect", str(db), "nope"])
     assert missing.exit_code == 1
+
+
+def test_a_summariser_that_cannot_be_loaded_is_a_usage_error() -> None:
+    result = CliRunner().invoke(app, ["run", "--summariser", "no_such_module_q:f"])
+    assert result.exit_code == 2
+    assert "usage error: surfacelog run: summariser 'no_such_module_q:f'" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_run_with_a_summariser_by_import_path(tmp_path: Path) -> None:
+    report = run_json(tmp_path / "sum.db", "--sessions", "3", "--turns", "8",
+                      "--compact-at", "600", "--summariser",
+                      "surfacelog.session.compaction_policy:extractive_summary")
+    assert report["verification"]["passed"] and report["errors"] == 0
+    assert report["compactions"]["committed"] >= 1
 
 
 def test_owner_writer_needs_packed_placement() -> None:

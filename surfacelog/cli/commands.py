@@ -607,12 +607,17 @@ def run(**options: Any) -> None:
     map ``X.shards.json`` for ``verify``/``digest``/``inspect --shards``;
     ``--kill-node-every S`` removes a random worker node every S seconds and adds it
     back."""
+    from surfacelog.actors.compactor import SummariserError, load_summariser
     from surfacelog.cli.live import run_live
 
     try:
         config = RunConfig(**options)
     except typer.BadParameter as exc:
         raise _usage("run", exc.format_message().replace("\n", " ")) from exc
+    try:
+        load_summariser(config.summariser)  # found before anything starts
+    except SummariserError as exc:
+        raise _usage("run", str(exc)) from exc
     raise typer.Exit(run_live(config))
 
 

@@ -28,7 +28,12 @@ from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from surfacelog.actors.client import Client, connect
-from surfacelog.actors.compactor import CompactorStats, RemoteCompactor, RemotePruner
+from surfacelog.actors.compactor import (
+    CompactorStats,
+    RemoteCompactor,
+    RemotePruner,
+    load_summariser,
+)
 from surfacelog.actors.config import HostingConfig
 from surfacelog.actors.driver import DriverProgress, RemoteDriver
 from surfacelog.actors.protocol import failure_line
@@ -212,7 +217,8 @@ async def run_workload(cfg: RunConfig,
             cluster.head_node_id, soft=False)
         retry_for_s = CLUSTER_RETRY_FOR_S
     compactor = RemoteCompactor.options(**opts).remote(
-        hosting, retry_for_s, compact_at=cfg.compact_at, prune_over=cfg.prune_over)
+        hosting, retry_for_s, compact_at=cfg.compact_at, prune_over=cfg.prune_over,
+        summariser=load_summariser(cfg.summariser))
     pruner = RemotePruner.options(**opts).remote(
         hosting, retry_for_s, compact_at=cfg.compact_at, prune_over=cfg.prune_over)
     await asyncio.gather(compactor.manage.remote(ids), pruner.manage.remote(ids))

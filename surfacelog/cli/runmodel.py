@@ -61,6 +61,12 @@ class RunConfig:
              "--placement packed); journal: a journal actor commits the batches the "
              "session actors send it (two calls); auto: owner when packed, else "
              "journal")] = "auto"
+    summariser: Annotated[str, Option(
+        metavar="PATH",
+        help="the compactor's summariser: extractive (deterministic, no model), or "
+             "module:function, a callable taking the shadowed events and returning the "
+             "summary's blocks, sync or async (e.g. one that calls a model)")
+    ] = "extractive"
     mode: Annotated[AppendMode, Option(
         help="batch: a step's chunks in one append_batch; chunk: one append each")] = "batch"
     db: Annotated[Path, Option(help="SQLite database file")] = Path("surfacelog.db")
