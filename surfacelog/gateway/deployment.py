@@ -1,0 +1,82 @@
+"""The gateway as a Ray Serve application: one FastAPI ingress deployment whose
+replicas each hold a ``Client`` of the same deployment (``HostingConfig``) and so reach
+the same session actors as any Python client of the cluster.
+
+``start_gateway`` starts Serve's HTTP proxy on the given host and port (loopback by
+default) and deploys the app; ``stop_gateway`` removes it. The replicas get the
+``HostingConfig`` and the ``AuthConfig`` (token digests, never tokens) as arguments.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any, Final
+
+from fastapi import FastAPI
+from ray import serve
+
+from surfacelog.actors.client import connect
+from surfacelog.actors.config import HostingConfig
+from surfacelog.gateway.app import build_app
+from surfacelog.gateway.auth import AuthConfig
+from surfacelog.schema.errors import SurfacelogError
+
+APP_NAME: Final = "surfacelog-gateway"
+DEPLOYMENT_NAME: Final = "Gateway"
+MAX_ONGOING_REQUESTS: Final = 1_000
+"""Requests one replica serves at once: each mostly awaits a session actor."""
+
+
+class InsecureBind(SurfacelogError):
+    """Authentication is off and the gateway would listen beyond loopback."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (``localhost`` counts)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _Gateway:
+    """A replica: its client, and the app built over it (``__serve_build_asgi_app__``,
+    called by Serve after the constructor)."""
+
+    def __init__(self, hosting: HostingConfig, auth: AuthConfig) -> None:
+        self._client = connect(config=hosting)
+        self._auth = auth
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return build_app(self._client, self._auth)
+
+
+def gateway_app(hosting: HostingConfig, auth: AuthConfig, *, replicas: int = 1) -> Any:
+    """The Serve application (bound deployment) of the gateway."""
+    deployment = serve.deployment(
+        name=DEPLOYMENT_NAME, num_replicas=replicas,
+        max_ongoing_requests=MAX_ONGOING_REQUESTS,
+        ray_actor_options={"num_cpus": 0},
+    )(serve.ingress()(_Gateway))
+    return deployment.bind(hosting, auth)
+
+
+def start_gateway(hosting: HostingConfig, auth: AuthConfig, *, host: str = "127.0.0.1",
+                  port: int = 8000, replicas: int = 1) -> str:
+    """Start Serve's HTTP proxy on ``host:port`` and deploy the gateway; returns its
+    URL. Ray must be initialised. Raises ``InsecureBind`` when authentication is off and
+    ``host`` is not loopback."""
+    if auth.insecure and not is_loopback(host):
+        raise InsecureBind(f"--insecure-no-auth serves on loopback only, not on {host}")
+    serve.start(http_options={"host": host, "port": port})
+    serve.run(gateway_app(hosting, auth, replicas=replicas), name=APP_NAME,
+              route_prefix="/")
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+def stop_gateway() -> None:
+    """Shut Serve down (its proxy and every application)."""
+    serve.shutdown()  # type: ignore[no-untyped-call]
