@@ -1,10 +1,10 @@
 """The package's layers point one way, and no module imports itself back.
 
 Layers, lowest first: schema -> session -> store -> actors -> the ``surfacelog`` package
-itself (the public facade, ``surfacelog.connect``) -> gateway (HTTP) -> cli. A module imports only its own
-layer and lower ones. Every import counts, wherever it is written (top level, inside a
-function, under ``TYPE_CHECKING``): a lazy import is still a dependency, and a circle
-through one is still a circle.
+itself (the public facade, ``surfacelog.connect``) -> gateway (HTTP) -> cli. A module
+imports only its own layer and lower ones. Every import counts, wherever it is written
+(top level, inside a function, under ``TYPE_CHECKING``): a lazy import is still a
+dependency, and a circle through one is still a circle.
 """
 
 from __future__ import annotations
