@@ -24,6 +24,7 @@ import httpx
 import psutil
 import pytest
 import ray
+from ray.exceptions import RayActorError
 
 from surfacelog.actors.client import Client, connect
 from surfacelog.actors.config import NAMESPACE, HostingConfig
@@ -441,6 +442,17 @@ async def _append_exactly_once(http: httpx.AsyncClient, url: str,
     raise AssertionError(f"{url}: not appended after 30 attempts")
 
 
+async def _pid(name: str) -> int:
+    """The pid of the actor ``name`` once it answers again (it may be restarting)."""
+    for _attempt in range(60):
+        try:
+            pid: int = await ray.get_actor(name, namespace=NAMESPACE).pid.remote()
+            return pid
+        except RayActorError:  # ActorUnavailableError while it restarts
+            await asyncio.sleep(0.5)
+    raise AssertionError(f"{name} did not answer after its restart")
+
+
 async def test_a_killed_session_actor_and_the_retry_land_exactly_once(
         gateway: Gateway, http: httpx.AsyncClient) -> None:
     await _create(http, "kill-1")
@@ -456,7 +468,7 @@ async def test_a_killed_session_actor_and_the_retry_land_exactly_once(
         before = await actor.pid.remote()
         ray.kill(actor, no_restart=False)
         seqs = await request
-        assert await ray.get_actor(name, namespace=NAMESPACE).pid.remote() != before
+        assert await _pid(name) != before
         assert seqs == list(range(seqs[0], seqs[0] + 500))
         seq = seqs[-1] + 1
     log = (await http.get(f"{url}/events", params={"limit": 10_000})).json()["events"]
