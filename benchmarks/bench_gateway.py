@@ -4,8 +4,10 @@ Ray Serve echo endpoint measured in the same run, printed as a ratio.
     python benchmarks/bench_gateway.py [--quick] [--clients 50] [--port 8123]
 
 Starts its own local Ray (``num_cpus=2``, loopback) and keeps the databases in a
-temporary directory. One Serve proxy serves three apps: the gateway over a durable
-deployment (``/d``), the gateway over a buffered one (``/b``), and an echo endpoint
+temporary directory. One Serve proxy serves four apps: the gateway over a durable
+deployment (``/d``), over a buffered one (``/b``) (both packed, the journal writing), over
+a durable one whose session actor owns the file (``/o``, ``writer="owner"``, what
+``surfacelog serve`` runs by default), and an echo endpoint
 (``/echo``) of the same style (a FastAPI ingress built in the replica, the body read
 with msgspec into the gateway's own request struct, a reply of the same shape and
 size) that touches no session. Every request carries the same bearer token and the
@@ -43,7 +45,7 @@ from fastapi.responses import Response
 from ray import serve
 
 from surfacelog.actors.client import connect, init_ray
-from surfacelog.actors.config import HostingConfig
+from surfacelog.actors.config import Durability, HostingConfig, Writer
 from surfacelog.gateway import wire
 from surfacelog.gateway.auth import AuthConfig, parse_grants
 from surfacelog.gateway.deployment import MAX_ONGOING_REQUESTS, gateway_app
@@ -52,6 +54,12 @@ from surfacelog.store.shards import ShardMap
 TOKEN = "bench-token-0123456789abcdef"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 TEXT = "Please look at the failing build and tell me what broke. " * 4
+
+
+VARIANTS: list[tuple[str, Durability, Writer]] = [
+    ("d", "durable", "journal"), ("b", "buffered", "journal"), ("o", "durable", "owner")]
+"""The gateways deployed: route prefix, durability, writer."""
+LABELS = {"d": "durable, journal", "b": "buffered, journal", "o": "durable, owner"}
 
 
 def body(seq: int) -> dict[str, Any]:
@@ -97,9 +105,10 @@ def free_port() -> int:
 
 def hostings(tmp: str) -> dict[str, HostingConfig]:
     """The two deployments the gateways serve, by route prefix."""
-    return {prefix: HostingConfig(ShardMap.single(os.path.join(tmp, f"{durability}.db")),
-                                  placement="packed", packs=2, durability=durability)
-            for prefix, durability in (("d", "durable"), ("b", "buffered"))}
+    return {prefix: HostingConfig(ShardMap.single(os.path.join(tmp, f"{prefix}.db")),
+                                  placement="packed", packs=2, durability=durability,
+                                  writer=writer)
+            for prefix, durability, writer in VARIANTS}
 
 
 async def undeploy(tmp: str) -> None:
@@ -122,7 +131,7 @@ def deploy(tmp: str, port: int) -> str:
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run(echo_app(), name="echo", route_prefix="/echo")
     for prefix, hosting in hostings(tmp).items():
-        serve.run(gateway_app(hosting, auth), name=f"gateway-{hosting.durability}",
+        serve.run(gateway_app(hosting, auth), name=f"gateway-{prefix}",
                   route_prefix=f"/{prefix}")
     return f"http://127.0.0.1:{port}"
 
@@ -180,9 +189,8 @@ async def round_trip(base: str, prefix: str, blocks: int, per_block: int) -> Fig
                 gateway_ms.append(await append(
                     http, f"/{prefix}/v1/sessions/{session}/events", seq + k))
             seq += per_block
-    return Figure(f"1: one append's round trip, {'durable' if prefix == 'd' else 'buffered'}"
-                  " (median)", statistics.median(gateway_ms), "ms",
-                  statistics.median(echo_ms), "<= 1.3x")
+    return Figure(f"1: one append's round trip, {LABELS[prefix]} (median)",
+                  statistics.median(gateway_ms), "ms", statistics.median(echo_ms), "<= 1.3x")
 
 
 async def _client_loop(base: str, path: str, count: int) -> None:
@@ -202,17 +210,16 @@ async def concurrent(base: str, prefix: str, clients: int, per_client: int) -> F
         await asyncio.gather(*(_client_loop(base, f"/{side}/v1/sessions/{sid}/events",
                                             per_client) for sid in ids))
         rates[side] = clients * per_client / (time.perf_counter() - t0)
-    return Figure(f"2: appends/s, {clients} clients, "
-                  f"{'durable' if prefix == 'd' else 'buffered'}", rates[prefix],
+    return Figure(f"2: appends/s, {clients} clients, {LABELS[prefix]}", rates[prefix],
                   "appends/s", rates["echo"])
 
 
 async def run_all(base: str, quick: bool, clients: int) -> list[Figure]:
     blocks, per_block, per_client = (2, 20, 4) if quick else (6, 50, 20)
     figures = []
-    for prefix in ("d", "b"):
+    for prefix, _, _ in VARIANTS:
         figures.append(await round_trip(base, prefix, blocks, per_block))
-    for prefix in ("d", "b"):
+    for prefix, _, _ in VARIANTS:
         figures.append(await concurrent(base, prefix, clients, per_client))
     return figures
 

@@ -516,3 +516,62 @@ async def test_follow_streams_new_events_then_ends(gateway: Gateway,
         lines = [line async for line in resp.aiter_lines()]
     assert "id: 3" in lines and "id: 2" not in lines
     assert "event: end" in lines and 'data: {"next":4}' in lines
+
+
+# -- configuration and the command ------------------------------------------------------
+
+def test_token_configuration_is_checked_and_never_echoed(tmp_path: Path) -> None:
+    from surfacelog.gateway.auth import TokenConfigError, load_auth
+
+    auth = load_auth(environ={"SURFACELOG_GATEWAY_TOKENS": f"{FULL}; {LIMITED} a- b."})
+    assert auth.authorize(f"Bearer {LIMITED}").prefixes == ("a-", "b.")
+    assert auth.authorize(f"bearer {FULL}").prefixes is None
+    assert FULL not in repr(auth) and LIMITED not in repr(auth)  # digests only
+    bad = {"short": "tooshort", "prefix": f"{FULL} bad/prefix", "twice": f"{FULL}\n{FULL}",
+           "none": "# only a comment"}
+    for text in bad.values():
+        path = tmp_path / "tokens"
+        path.write_text(text)
+        with pytest.raises(TokenConfigError) as info:
+            load_auth(path)
+        assert FULL not in str(info.value) and "tooshort" not in str(info.value)
+    with pytest.raises(TokenConfigError):
+        load_auth(environ={})
+    with pytest.raises(TokenConfigError):
+        load_auth(tmp_path / "missing")
+
+
+def _serve_cli(*args: str, env: dict[str, str] | None = None
+               ) -> subprocess.CompletedProcess[str]:
+    import os
+
+    environ = {k: v for k, v in os.environ.items() if k != "SURFACELOG_GATEWAY_TOKENS"}
+    environ.update(env or {})
+    return subprocess.run([sys.executable, "-m", "surfacelog.cli", "serve", *args],
+                          capture_output=True, text=True, env=environ, cwd=REPO,
+                          timeout=120)
+
+
+def test_serve_refuses_to_start_unsafely(tmp_path: Path) -> None:
+    db = str(tmp_path / "x.db")
+    cases = [
+        ((), None, 2, "no token configured"),
+        (("--insecure-no-auth", "--host", "0.0.0.0"), None, 2, "loopback only"),
+        (("--token-file", str(tmp_path / "missing")), None, 2, "cannot read token file"),
+        (("--shards", str(tmp_path / "missing.json")), {
+            "SURFACELOG_GATEWAY_TOKENS": FULL}, 2, "shard configuration"),
+    ]
+    for args, env, status, message in cases:
+        out = _serve_cli("--db", db, *args, env=env) if "--shards" not in args \
+            else _serve_cli(*args, env=env)
+        assert out.returncode == status, (args, out.stderr)
+        assert message in out.stderr and "Traceback" not in out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+        assert FULL not in out.stderr + out.stdout
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = _serve_cli("--db", db, "--port", str(port),
+                         env={"SURFACELOG_GATEWAY_TOKENS": FULL})
+    assert out.returncode == 1 and "in use" in out.stderr and "Traceback" not in out.stderr

@@ -483,6 +483,8 @@ def serve(db: Annotated[str | None, typer.Option(
               "--address", help="join this Ray cluster instead of an embedded one")] = None,
           placement: Annotated[str, typer.Option(
               "--placement", help="packed or dedicated session actors")] = "packed",
+          writer: Annotated[str, typer.Option(
+              "--writer", help="auto (owner when packed), owner or journal")] = "auto",
           ) -> None:
     """Serve the sessions over HTTP (the gateway: a Ray Serve app) until Ctrl-C.
 
@@ -490,10 +492,11 @@ def serve(db: Annotated[str | None, typer.Option(
     """
     from surfacelog.cli.serving import serve_gateway
 
-    if placement not in ("packed", "dedicated"):
-        raise _usage("serve", "--placement is packed or dedicated")
+    if placement not in ("packed", "dedicated") or writer not in ("auto", "owner", "journal"):
+        raise _usage("serve", "--placement is packed or dedicated, --writer auto, owner "
+                              "or journal")
     raise typer.Exit(serve_gateway(db, shards, host, port, token_file, insecure_no_auth,
-                                   address, placement))
+                                   address, placement, writer))
 
 
 def run(**options: Any) -> None:

@@ -20,12 +20,14 @@ from typing import Final
 
 import typer
 
+from surfacelog.gateway.auth import AuthConfig, TokenConfigError, is_loopback, load_auth
 from surfacelog.schema.errors import SurfacelogError
 from surfacelog.store.shards import ShardConfigError, ShardMap, load_shard_map
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
+EXIT_INTERRUPTED: Final = 130
 
 
 def _port_free(host: str, port: int) -> str | None:
@@ -48,10 +50,8 @@ def _say(message: str) -> None:
 
 def serve_gateway(db: str | None, shards: Path | None, host: str, port: int,
                   token_file: Path | None, insecure: bool, address: str | None,
-                  placement: str) -> int:
+                  placement: str, writer: str = "auto") -> int:
     """Run the gateway until interrupted; returns the exit status."""
-    from surfacelog.gateway.auth import TokenConfigError, load_auth
-    from surfacelog.gateway.deployment import is_loopback
 
     if db is not None and shards is not None:
         _say("usage error: surfacelog serve: give either --db or --shards, not both")
@@ -74,24 +74,24 @@ def serve_gateway(db: str | None, shards: Path | None, host: str, port: int,
     if busy is not None:
         _say(f"cannot serve: {busy}")
         return EXIT_FAILED
-    return _run(shard_map, host, port, auth, address, placement,
+    return _run(shard_map, host, port, auth, address, placement, writer,
                 "--shards " + str(shards) if shards is not None else shard_map.shards[0].path)
 
 
-def _run(shard_map: ShardMap, host: str, port: int, auth: object, address: str | None,
-         placement: str, where: str) -> int:
+def _run(shard_map: ShardMap, host: str, port: int, auth: AuthConfig, address: str | None,
+         placement: str, writer: str, where: str) -> int:
     import ray
 
     from surfacelog.actors.client import connect, init_ray
     from surfacelog.actors.config import HostingConfig
-    from surfacelog.gateway.auth import AuthConfig
     from surfacelog.gateway.deployment import start_gateway, stop_gateway
 
-    assert isinstance(auth, AuthConfig)
     logging.getLogger("ray").setLevel(logging.WARNING)
     logging.getLogger("ray.serve").setLevel(logging.WARNING)
-    hosting = HostingConfig(shard_map, placement="packed" if placement == "packed"
-                            else "dedicated")
+    packed = placement == "packed"
+    hosting = HostingConfig(
+        shard_map, placement="packed" if packed else "dedicated",
+        writer="owner" if writer == "owner" or (writer == "auto" and packed) else "journal")
     embedded = address is None
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -115,6 +115,9 @@ def _run(shard_map: ShardMap, host: str, port: int, auth: object, address: str |
                 failures = client.shutdown()
                 for line in failures:
                     _say(f"write failed: {line}")
+    except KeyboardInterrupt:
+        _say("interrupted while starting")
+        return EXIT_INTERRUPTED
     except (SurfacelogError, OSError, RuntimeError) as exc:
         _say(f"cannot serve: {type(exc).__name__}: {exc}")
         return EXIT_FAILED

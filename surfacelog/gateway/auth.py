@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -137,3 +138,14 @@ def load_auth(token_file: Path | None = None, *, insecure: bool = False,
             f"no token configured: give --token-file FILE or set {TOKENS_ENV} "
             "(or --insecure-no-auth, on loopback only)")
     return AuthConfig(grants)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (``localhost`` counts): the only hosts
+    the gateway serves on without authentication."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

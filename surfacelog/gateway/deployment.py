@@ -9,7 +9,6 @@ default) and deploys the app; ``stop_gateway`` removes it. The replicas get the
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any, Final
 
 from fastapi import FastAPI
@@ -18,7 +17,7 @@ from ray import serve
 from surfacelog.actors.client import connect
 from surfacelog.actors.config import HostingConfig
 from surfacelog.gateway.app import build_app
-from surfacelog.gateway.auth import AuthConfig
+from surfacelog.gateway.auth import AuthConfig, is_loopback
 from surfacelog.schema.errors import SurfacelogError
 
 APP_NAME: Final = "surfacelog-gateway"
@@ -29,16 +28,6 @@ MAX_ONGOING_REQUESTS: Final = 1_000
 
 class InsecureBind(SurfacelogError):
     """Authentication is off and the gateway would listen beyond loopback."""
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is a loopback address (``localhost`` counts)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class _Gateway:
