@@ -442,15 +442,17 @@ async def _append_exactly_once(http: httpx.AsyncClient, url: str,
     raise AssertionError(f"{url}: not appended after 30 attempts")
 
 
-async def _pid(name: str) -> int:
-    """The pid of the actor ``name`` once it answers again (it may be restarting)."""
-    for _attempt in range(60):
+async def _restarted(name: str, before: int) -> None:
+    """Wait until the actor ``name`` answers from a process other than ``before`` (the
+    kill is asynchronous: the old process may still answer for a moment)."""
+    for _attempt in range(120):
         try:
-            pid: int = await ray.get_actor(name, namespace=NAMESPACE).pid.remote()
-            return pid
+            if await ray.get_actor(name, namespace=NAMESPACE).pid.remote() != before:
+                return
         except RayActorError:  # ActorUnavailableError while it restarts
-            await asyncio.sleep(0.5)
-    raise AssertionError(f"{name} did not answer after its restart")
+            pass
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"{name} was not restarted in a new process")
 
 
 async def test_a_killed_session_actor_and_the_retry_land_exactly_once(
@@ -468,7 +470,7 @@ async def test_a_killed_session_actor_and_the_retry_land_exactly_once(
         before = await actor.pid.remote()
         ray.kill(actor, no_restart=False)
         seqs = await request
-        assert await _pid(name) != before
+        await _restarted(name, before)
         assert seqs == list(range(seqs[0], seqs[0] + 500))
         seq = seqs[-1] + 1
     log = (await http.get(f"{url}/events", params={"limit": 10_000})).json()["events"]
@@ -575,3 +577,32 @@ def test_serve_refuses_to_start_unsafely(tmp_path: Path) -> None:
         out = _serve_cli("--db", db, "--port", str(port),
                          env={"SURFACELOG_GATEWAY_TOKENS": FULL})
     assert out.returncode == 1 and "in use" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_every_typed_error_maps_to_its_status() -> None:
+    from ray.exceptions import RayActorError
+
+    from surfacelog.actors.protocol import Conflict, SessionUnavailable, ShardUnavailable
+    from surfacelog.gateway.problems import OutcomeUnknown, problem_for
+    from surfacelog.schema.errors import SurfaceError, SurfacelogError
+    from surfacelog.session.fork import ForkError
+    from surfacelog.store.errors import CommitFailed, CorruptStore, SessionNotFound
+
+    cases: list[tuple[SurfacelogError | RayActorError, int]] = [
+        (SurfaceError("range", "bad range", "user/message", 7), 422),
+        (Conflict("stale"), 409), (SessionNotFound("gone"), 404),
+        (ShardUnavailable("down"), 503), (SessionUnavailable("fenced"), 503),
+        (CommitFailed("lost"), 503), (OutcomeUnknown("maybe"), 503),
+        (RayActorError(), 503), (ForkError("OPEN_TURN", "open"), 409),
+        (ForkError("INVALID_BOUNDARY", "no"), 422), (ForkError("SESSION_NOT_FOUND", "x"), 404),
+        (CorruptStore("bad row", "s", 1), 500),
+    ]
+    for error, status in cases:
+        reply = problem_for(error)
+        assert reply.status == status, error
+        assert reply.body["status"] == status and reply.body["title"] and reply.body["detail"]
+        assert reply.body["type"].startswith("urn:surfacelog:problem:")
+        assert ("Retry-After" in reply.headers) == (status == 503)
+    refused = problem_for(SurfaceError("range", "bad range", "user/message", 7)).body
+    assert (refused["rule"], refused["eventType"], refused["seq"]) == ("range", "user/message", 7)
+    assert problem_for(ForkError("OPEN_TURN", "open")).body["code"] == "OPEN_TURN"

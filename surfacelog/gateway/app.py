@@ -32,6 +32,7 @@ from surfacelog.gateway.ids import check_id, new_id, valid_id
 from surfacelog.gateway.problems import (
     PROBLEM_MEDIA_TYPE,
     BadRequest,
+    BodyTooLarge,
     OutcomeUnknown,
     ProblemReply,
     SessionAlreadyExists,
@@ -55,6 +56,7 @@ FOLLOW_KEEPALIVE_S: Final = 15.0
 FOLLOW_DEFAULT_S: Final = 300.0
 FOLLOW_MAX_S: Final = 3_600.0
 _KNOWN_KEPT: Final = 100_000
+MAX_BODY_BYTES: Final = 32 * 1024 * 1024
 
 _bearer = HTTPBearer(auto_error=False, description="a configured gateway token")
 
@@ -75,6 +77,7 @@ _ERRORS: Final[dict[int | str, dict[str, Any]]] = {
         (400, "invalid session id or body"), (401, "no or wrong bearer token"),
         (403, "the token may not reach this session"), (404, "unknown session"),
         (409, "conflict: expectedSeq taken, stale generation, existing session"),
+        (413, "the body is too large"),
         (422, "refused by the session: the rule, event type and seq"),
         (503, "the session or its shard is unavailable; retry after Retry-After"))
 }
@@ -120,6 +123,22 @@ async def session_id_of(session_id: str, grant: Granted) -> str:
 
 
 SessionId = Annotated[str, Depends(session_id_of)]
+
+
+async def read_body(request: Request, empty: bytes = b"") -> bytes:
+    """The request's body (``empty`` when there is none), read up to
+    ``MAX_BODY_BYTES``. Raises ``BodyTooLarge``."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise BodyTooLarge(f"a request body is at most {MAX_BODY_BYTES} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise BodyTooLarge(f"a request body is at most {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks) or empty
 
 
 class Sessions:
@@ -205,7 +224,7 @@ def build_app(client: Client, auth: AuthConfig) -> FastAPI:
               response_class=Response, responses=_ok("Created", 201, description="Created"),
               openapi_extra=_json_body("CreateSession"))
     async def create_session(request: Request, grant: Granted) -> Response:
-        body: wire.CreateSession = wire.decode(await request.body() or b"{}",
+        body: wire.CreateSession = wire.decode(await read_body(request, b"{}"),
                                                wire.CreateSession)
         session_id = allowed(grant, body.id if body.id is not None else new_id())
         if await sessions.stored(session_id):
@@ -226,7 +245,7 @@ def build_app(client: Client, auth: AuthConfig) -> FastAPI:
               summary="Append one event", response_class=Response,
               responses=_ok("Events"), openapi_extra=_json_body("AppendOne"))
     async def append(session_id: SessionId, request: Request) -> Response:
-        body: wire.AppendOne = wire.decode(await request.body(), wire.AppendOne)
+        body: wire.AppendOne = wire.decode(await read_body(request), wire.AppendOne)
         handle = await sessions.existing(session_id)
         try:
             logged = await handle.append_batch([body.spec()], body.expected_seq)
@@ -238,7 +257,7 @@ def build_app(client: Client, auth: AuthConfig) -> FastAPI:
               summary="Append events, all or nothing", response_class=Response,
               responses=_ok("Events"), openapi_extra=_json_body("AppendBatch"))
     async def append_batch(session_id: SessionId, request: Request) -> Response:
-        body: wire.AppendBatch = wire.decode(await request.body(), wire.AppendBatch)
+        body: wire.AppendBatch = wire.decode(await read_body(request), wire.AppendBatch)
         specs = wire.batch_specs(body)
         handle = await sessions.existing(session_id)
         try:
@@ -293,7 +312,7 @@ def build_app(client: Client, auth: AuthConfig) -> FastAPI:
               response_class=Response, responses=_ok("Events"),
               openapi_extra=_json_body("CompactBody"))
     async def compact(session_id: SessionId, request: Request) -> Response:
-        body: wire.CompactBody = wire.decode(await request.body(), wire.CompactBody)
+        body: wire.CompactBody = wire.decode(await read_body(request), wire.CompactBody)
         handle = await sessions.existing(session_id)
         events = await handle.compact(body.request())
         return _json(wire.Events(events, events[-1].seq + 1 if events else 0))
@@ -303,7 +322,7 @@ def build_app(client: Client, auth: AuthConfig) -> FastAPI:
               response_class=Response, responses=_ok("Events"),
               openapi_extra=_json_body("PruneBody"))
     async def prune(session_id: SessionId, request: Request) -> Response:
-        body: wire.PruneBody = wire.decode(await request.body(), wire.PruneBody)
+        body: wire.PruneBody = wire.decode(await read_body(request), wire.PruneBody)
         handle = await sessions.existing(session_id)
         events = await handle.prune(body.request())
         return _json(wire.Events(events, events[-1].seq + 1 if events else 0))
@@ -313,7 +332,7 @@ def build_app(client: Client, auth: AuthConfig) -> FastAPI:
               response_class=Response, responses=_ok("Created", 201, description="Created"),
               openapi_extra=_json_body("ForkBody"))
     async def fork(session_id: SessionId, grant: Granted, request: Request) -> Response:
-        body: wire.ForkBody = wire.decode(await request.body() or b"{}", wire.ForkBody)
+        body: wire.ForkBody = wire.decode(await read_body(request, b"{}"), wire.ForkBody)
         child_id = allowed(grant, body.child_id if body.child_id is not None
                            else new_id(session_id))
         handle = await sessions.existing(session_id)

@@ -52,6 +52,10 @@ class BadRequest(SurfacelogError):
     """A request whose parameters or body cannot be read (not JSON, a wrong field)."""
 
 
+class BodyTooLarge(SurfacelogError):
+    """A request body beyond the gateway's limit (``MAX_BODY_BYTES``)."""
+
+
 class OutcomeUnknown(SurfacelogError):
     """The session's actor died during an append sent without ``expectedSeq``: it may
     or may not have been logged. Resend with ``expectedSeq`` to make it exactly once."""
@@ -62,6 +66,7 @@ _BY_CLASS: Final[tuple[tuple[type[BaseException], int, str, str], ...]] = (
     (Forbidden, 403, "forbidden", "Forbidden"),
     (InvalidSessionId, 400, "invalid-session-id", "Invalid session id"),
     (BadRequest, 400, "bad-request", "Bad request"),
+    (BodyTooLarge, 413, "body-too-large", "Body too large"),
     (UnknownSession, 404, "unknown-session", "Unknown session"),
     (SessionNotFound, 404, "unknown-session", "Unknown session"),
     (SessionAlreadyExists, 409, "session-exists", "Session already exists"),
