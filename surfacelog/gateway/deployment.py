@@ -9,8 +9,10 @@ default) and deploys the app; ``stop_gateway`` removes it. The replicas get the
 
 from __future__ import annotations
 
+import time
 from typing import Any, Final
 
+import httpx
 from fastapi import FastAPI
 from ray import serve
 
@@ -26,8 +28,17 @@ MAX_ONGOING_REQUESTS: Final = 1_000
 """Requests one replica serves at once: each mostly awaits a session actor."""
 
 
+READY_TIMEOUT_S: Final = 30.0
+
+
 class InsecureBind(SurfacelogError):
     """Authentication is off and the gateway would listen beyond loopback."""
+
+
+class GatewayUnreachable(SurfacelogError):
+    """The gateway was deployed but does not answer where it should: Serve already ran
+    in this cluster with other HTTP options (``serve.start``'s options apply only when
+    Serve starts), or its proxy did not come up."""
 
 
 class _Gateway:
@@ -63,7 +74,32 @@ def start_gateway(hosting: HostingConfig, auth: AuthConfig, *, host: str = "127.
     serve.run(gateway_app(hosting, auth, replicas=replicas), name=APP_NAME,
               route_prefix="/")
     shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}"
+    url = f"http://{shown}:{port}"
+    _wait_until_answering(url)
+    return url
+
+
+def _wait_until_answering(url: str) -> None:
+    """Return once the gateway answers at ``url`` (its OpenAPI route: 200, or 401
+    without a token); raises ``GatewayUnreachable`` after ``READY_TIMEOUT_S``."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    last = "no answer"
+    with httpx.Client(timeout=5.0) as http:
+        while time.monotonic() < deadline:
+            try:
+                reply = http.get(f"{url}/openapi.json")
+            except httpx.TransportError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                if reply.status_code in (200, 401) and reply.headers.get(
+                        "content-type", "").startswith(("application/json",
+                                                        "application/problem+json")):
+                    return
+                last = f"HTTP {reply.status_code}"
+            time.sleep(0.2)
+    raise GatewayUnreachable(
+        f"the gateway does not answer at {url} ({last}): Serve may already run in this "
+        "cluster with other HTTP options, which apply only when Serve starts")
 
 
 def stop_gateway() -> None:
