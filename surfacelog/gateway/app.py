@@ -178,6 +178,7 @@ def build_app(client: Client, auth: AuthConfig) -> FastAPI:
                               "export and follow. JSON is DeepSeek Harness's (camelCase).")
     sessions = Sessions(client)
     app.state.auth = auth
+    document: list[dict[str, Any]] = []  # the OpenAPI document, made on first request
 
     # -- errors --------------------------------------------------------------------------
 
@@ -205,7 +206,9 @@ def build_app(client: Client, auth: AuthConfig) -> FastAPI:
     @app.get("/openapi.json", tags=["meta"], summary="This API's OpenAPI document",
              responses={200: {"description": "OK"}, **_ERRORS})
     async def openapi(grant: Granted) -> JSONResponse:
-        return JSONResponse(openapi_document(app))
+        if not document:
+            document.append(openapi_document(app))
+        return JSONResponse(document[0])
 
     @app.get("/v1/sessions", tags=["sessions"], summary="List sessions (paginated)",
              response_class=Response, responses=_ok("SessionPage"))
@@ -226,7 +229,8 @@ def build_app(client: Client, auth: AuthConfig) -> FastAPI:
     async def create_session(request: Request, grant: Granted) -> Response:
         body: wire.CreateSession = wire.decode(await read_body(request, b"{}"),
                                                wire.CreateSession)
-        session_id = allowed(grant, body.id if body.id is not None else new_id())
+        session_id = allowed(grant, body.id if body.id is not None else new_id(
+            prefix=grant.prefixes[0] if grant.prefixes else "s-"))
         if await sessions.stored(session_id):
             raise SessionAlreadyExists(f"session {session_id!r} is stored already")
         stats = await client.session(session_id).stats()  # activating creates it

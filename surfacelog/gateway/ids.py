@@ -51,11 +51,12 @@ def check_prefix(value: str) -> str:
     return value
 
 
-def new_id(parent: str | None = None) -> str:
-    """A fresh session id: random, or (a fork's child) the parent's id, cut so that the
+def new_id(parent: str | None = None, *, prefix: str = "s-") -> str:
+    """A fresh session id: ``prefix`` (a token's own prefix, so that the token may
+    address it) and random hex; or (a fork's child) the parent's id, cut so that the
     result stays valid, followed by ``-fork-`` and random hex. A child's id starts with
     its parent's first ``MAX_PREFIX_LENGTH`` characters, so a token limited to a prefix
     of the parent may address it."""
     if parent is None:
-        return f"s-{secrets.token_hex(12)}"
+        return f"{prefix}{secrets.token_hex(12)}"
     return f"{parent[:MAX_ID_LENGTH - 18]}-fork-{secrets.token_hex(6)}"
