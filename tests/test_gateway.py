@@ -153,8 +153,7 @@ def _loopback(ip: str) -> bool:
 def test_serve_listens_on_loopback_only(gateway: Gateway) -> None:
     """The HTTP proxy listens on loopback only. Ray Serve 2.60's replicas also open an
     inter-deployment gRPC server on ``[::]:0`` (hard-coded in ``replica.py``, no option
-    to bind it elsewhere); a request through it still reaches the FastAPI app and its
-    token check. Nothing else of the gateway listens beyond loopback."""
+    to bind it elsewhere; the README says so). Nothing else listens beyond loopback."""
     pids = {p.pid for p in psutil.Process().children(recursive=True)}
     port = int(gateway.url.rsplit(":", 1)[1])
     sockets = [(c.laddr.ip, c.laddr.port, psutil.Process(c.pid).name())
