@@ -1,10 +1,10 @@
 """The package's layers point one way, and no module imports itself back.
 
 Layers, lowest first: schema -> session -> store -> actors -> the ``surfacelog`` package
-itself (the public facade, ``surfacelog.connect``) -> cli. A module imports only its own
-layer and lower ones. Every import counts, wherever it is written (top level, inside a
-function, under ``TYPE_CHECKING``): a lazy import is still a dependency, and a circle
-through one is still a circle.
+itself (the public facade, ``surfacelog.connect``) -> gateway (HTTP) -> cli. A module
+imports only its own layer and lower ones. Every import counts, wherever it is written
+(top level, inside a function, under ``TYPE_CHECKING``): a lazy import is still a
+dependency, and a circle through one is still a circle.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import surfacelog
 
 PACKAGE = Path(surfacelog.__file__).parent
 LAYERS = ("surfacelog.schema", "surfacelog.session", "surfacelog.store",
-          "surfacelog.actors", "surfacelog", "surfacelog.cli", "surfacelog.integrations")
+          "surfacelog.actors", "surfacelog", "surfacelog.gateway", "surfacelog.cli",
+          "surfacelog.integrations")
 
 
 def _modules() -> dict[str, Path]:

@@ -614,6 +614,11 @@ class SessionHandle:
         stats: SessionStats = await self._call("stats", idempotent=True)
         return stats
 
+    async def header(self) -> SessionHeader:
+        """The session's header: its id, creation time, fork parent..."""
+        header: SessionHeader = await self._call("header", idempotent=True)
+        return header
+
     async def passivate(self) -> bool:
         done: bool = await self._call("passivate", idempotent=True, relayed=False)
         return done

@@ -296,6 +296,10 @@ class SessionActor:
     async def stats(self, session_id: str) -> SessionStats:
         return await self._read(session_id, lambda h: h.stats())
 
+    async def header(self, session_id: str) -> SessionHeader:
+        """The session's header (what an export writes first)."""
+        return await self._read(session_id, _header)
+
     async def passivate(self, session_id: str) -> bool:
         """Flush and drop ``session_id`` now; False when it was not active here."""
         live = self._sessions.pop(session_id, None)
@@ -329,3 +333,10 @@ class SessionActor:
 
 
 RemoteSessionActor: Any = ray.remote(SessionActor)
+
+
+def _header(live: LiveSession) -> SessionHeader:
+    header = live.session.header
+    if header is None:
+        raise AssertionError(f"session {live.session_id!r} is hosted without a header")
+    return header
