@@ -177,7 +177,7 @@ def _decode_lines(numbered: Iterable[tuple[int, bytes]]) -> LogFile:
             if first:
                 first = False
                 if _is_header_line(line):
-                    header = header_from_json(JSON_DECODER.decode(line))
+                    header = header_from_json(JSON_DECODER.decode(line), dsh_line=True)
                     continue
             if b"-0" not in line:
                 try:
