@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -11,7 +13,9 @@ from typer.testing import CliRunner
 
 from surfacelog.cli import app
 from surfacelog.schema import DecodeError
-from surfacelog.schema.codec import decode_log, encode_log
+from surfacelog.schema.codec import decode_log, encode_log, read_log
+from surfacelog.schema.dsh import ZSTD_MAGIC, encode_dsh
+from surfacelog.schema.header import SessionHeader
 from surfacelog.session import replay
 
 EVENT = '{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}'
@@ -79,3 +83,220 @@ def test_export_always_writes_delegation_depth(tmp_path: Path, runner: CliRunner
     assert header["delegationDepth"] == 0
     again = decode_log(out.stdout_bytes)  # DSH's rule: our export reads back
     assert again.header is not None and again.header.delegation_depth == 0
+
+
+# -- 2. every DSH JSONL encoding ----------------------------------------------------------
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "dsh-fixtures"
+if not FIXTURES.is_dir():  # a worktree beside /work/main, or the main checkout
+    FIXTURES = Path("/work/shared/dsh-fixtures")
+
+TEXT_ROW = ('{"type":"text-chunks","seq0":1,"time0":100,"data":{"turn":1,"step":1,'
+            '"index":0,"dt":[5,-2,0],"texts":["The"," user"," asked","."]}}')
+TOOL_ROW = ('{"type":"tool-call-chunks","seq0":5,"time0":200,"data":{"turn":1,"step":1,'
+            '"index":1,"dt":[1,1],"id":"call-1","name":"bash","args":["{","\\"c","}"]}}')
+
+
+def _lines(*lines: str) -> bytes:
+    return "".join(line + "\n" for line in lines).encode()
+
+
+def test_packed_rows_expand_to_the_chunks_they_stand_for() -> None:
+    log = decode_log(_lines(EVENT, TEXT_ROW, TOOL_ROW))
+    assert log.packed_rows == 2
+    assert [(e.seq, e.time) for e in log.events] == [
+        (0, 1), (1, 100), (2, 105), (3, 103), (4, 103), (5, 200), (6, 201), (7, 202)]
+    assert log.events[2].data == {"turn": 1, "step": 1,
+                                  "chunk": {"type": "text-delta", "index": 0,
+                                            "text": " user"}}
+    assert log.events[6].data["chunk"] == {"type": "tool-call-delta", "index": 1,
+                                           "id": "call-1", "name": "bash",
+                                           "argumentsDelta": '"c'}
+    replay(log.events)  # a valid log
+
+
+@pytest.mark.parametrize("row, fragment", [
+    (TEXT_ROW.replace('"dt":[5,-2,0]', '"dt":[5,-2]'), "dt has 2 gaps for 4 members"),
+    (TEXT_ROW.replace('"texts":["The"," user"," asked","."]', '"texts":[]'),
+     "it has no members"),
+    (TEXT_ROW.replace('"index":0,', '"index":0,"extra":1,'), "unknown field"),
+    (TEXT_ROW.replace('"seq0":1', '"seq0":1.0'), "Expected `int`"),
+    (TEXT_ROW.replace('" user"', '7'), "Expected `str`"),
+    (TEXT_ROW.replace('"time0":100', '"time0":9007199254740991'), "not a safe integer"),
+])
+def test_malformed_packed_rows_are_refused_naming_the_line(row: str, fragment: str) -> None:
+    with pytest.raises(DecodeError) as info:
+        decode_log(_lines(EVENT, row))
+    assert info.value.rule == "packed-row"
+    assert str(info.value).startswith("line 2: invalid packed row")
+    assert fragment in str(info.value)
+    assert "text-chunks at seq 1" in str(info.value)
+
+
+def _session_events() -> list[Any]:
+    from sessiongen import build_session
+    return list(build_session("s-gen", 3).log)
+
+
+def _zstd_file(path: Path, batch: int = 7) -> list[Any]:
+    events = _session_events()
+    path.write_bytes(encode_dsh(SessionHeader(version=0, id="s-gen", created_at=1),
+                                events, zstd=True, batch=batch))
+    return events
+
+
+def test_zstd_frames_are_read_frame_by_frame(tmp_path: Path) -> None:
+    path = tmp_path / "session.jsonl.zstd"
+    events = _zstd_file(path)
+    log = read_log(path)
+    assert log.events == events and log.torn is None
+    assert log.header is not None and log.header.id == "s-gen"
+    assert log.packed_rows > 0  # the chunks went out packed
+
+
+def _frame_starts(data: bytes) -> list[int]:
+    return [i for i in range(len(data) - 3) if data[i:i + 4] == ZSTD_MAGIC]
+
+
+def test_a_torn_final_zstd_frame_keeps_the_complete_lines(tmp_path: Path,
+                                                          runner: CliRunner) -> None:
+    path = tmp_path / "session.jsonl.zstd"
+    events = _zstd_file(path)
+    data = path.read_bytes()
+    last = _frame_starts(data)[-1]
+    path.write_bytes(data[:last + (len(data) - last) // 2])
+    log = read_log(path)
+    assert log.torn is not None and "torn final zstd frame" in log.torn
+    assert log.events == events[:len(log.events)]
+    assert len(log.events) < len(events)
+    out = runner.invoke(app, ["repair", "--json", str(path)])
+    assert out.exit_code == 0, out.output
+    closers = json.loads(out.stdout)
+    if any(e.type == "turn/start" for e in log.events[-20:]):
+        assert closers and closers[-1]["type"] == "turn/end"
+
+
+def test_a_corrupt_zstd_frame_in_the_middle_is_an_error_naming_it(
+        tmp_path: Path, runner: CliRunner) -> None:
+    path = tmp_path / "session.jsonl.zstd"
+    _zstd_file(path)
+    data = bytearray(path.read_bytes())
+    starts = _frame_starts(bytes(data))
+    middle = starts[len(starts) // 2]
+    data[middle + 12] ^= 0xFF  # inside the frame's first block
+    path.write_bytes(bytes(data))
+    with pytest.raises(DecodeError) as info:
+        read_log(path)
+    assert info.value.rule == "zstd"
+    assert f"frame {len(starts) // 2 + 1} (at byte {middle})" in str(info.value)
+    db = tmp_path / "s.db"
+    result = runner.invoke(app, ["import", str(db), str(path)])
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1
+    assert str(path) in result.output and "frame" in result.output
+    listed = runner.invoke(app, ["digest", str(db), "--json"])
+    assert json.loads(listed.stdout) == {}
+
+
+def test_a_partial_last_line_is_a_torn_tail(tmp_path: Path, runner: CliRunner) -> None:
+    path = tmp_path / "plain.jsonl"
+    events = _session_events()
+    content = encode_dsh(SessionHeader(version=0, id="plain", created_at=1), events)
+    path.write_bytes(content[:-25])
+    log = read_log(path)
+    assert log.torn is not None and "partial line" in log.torn
+    assert log.events == events[:len(log.events)]
+    assert runner.invoke(app, ["fold", str(path)]).exit_code == 0
+
+
+def test_bad_files_import_nothing_and_say_where(tmp_path: Path, runner: CliRunner) -> None:
+    version = tmp_path / "version.jsonl"
+    version.write_text('{"type":"session","version":3,"id":"v","createdAt":1,'
+                       '"delegationDepth":0}\n' + EVENT + "\n")
+    packed = tmp_path / "packed.jsonl"
+    packed.write_bytes(_lines(EVENT, TEXT_ROW.replace('"dt":[5,-2,0]', '"dt":[5]')))
+    db = tmp_path / "s.db"
+    result = runner.invoke(app, ["import", str(db), str(version), str(packed)])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith(f"{version}: not imported: line 1: session format version 3")
+    assert lines[1].startswith(f"{packed}: not imported: line 2: invalid packed row")
+    assert json.loads(runner.invoke(app, ["digest", str(db), "--json"]).stdout) == {}
+
+
+# -- 3. conformance with DSH's own fixtures ------------------------------------------------
+
+
+def _js_number(value: float) -> str:
+    """A float as JavaScript prints it (``1.0`` -> ``1``, ``1e-07`` -> ``1e-7``)."""
+    from decimal import Decimal
+    if value == int(value) and abs(value) < 1e21:
+        return str(int(value))
+    if 1e-7 <= abs(value) < 1e-4:
+        return format(Decimal(repr(value)), "f")
+    text = repr(value)
+    if "e" in text:
+        mantissa, exp = text.split("e")
+        return f"{mantissa}e{'+' if int(exp) > 0 else '-'}{abs(int(exp))}"
+    return text
+
+
+def canonical(value: Any) -> str:
+    """DSH fixtures' canonical JSON: keys sorted, no whitespace, JS numbers, ASCII."""
+    if value is True or value is False or value is None:
+        return json.dumps(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _js_number(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=True)
+    if isinstance(value, list):
+        return "[" + ",".join(canonical(v) for v in value) + "]"
+    assert isinstance(value, dict)
+    return "{" + ",".join(json.dumps(k, ensure_ascii=True) + ":" + canonical(value[k])
+                          for k in sorted(value)) + "}"
+
+
+def events_sha256(content: bytes) -> str:
+    log = decode_log(content)
+    value = msgspec.json.decode(msgspec.json.encode(log.events))
+    return hashlib.sha256(canonical(value).encode()).hexdigest()
+
+
+FIXTURE_FILES = sorted(FIXTURES.glob("*.expected.json"))
+
+
+def test_the_fixtures_are_there() -> None:
+    assert len(FIXTURE_FILES) == 84
+
+
+@pytest.mark.parametrize("expected_path", FIXTURE_FILES, ids=lambda p: p.name[:-14])
+def test_dsh_fixture(expected_path: Path, tmp_path: Path, runner: CliRunner) -> None:
+    expected = json.loads(expected_path.read_text())
+    path = expected_path.with_name(expected_path.name[:-len(".expected.json")] + ".jsonl")
+    out = runner.invoke(app, ["fold", "--json", str(path)])
+    result = json.loads(out.stdout)
+    assert result["ok"] is expected["ok"], result
+    if not expected["ok"]:
+        assert expected["stage"] == "header" and result["rule"] == "header"
+        return
+    assert result["nodes"] == expected["nodes"]
+    assert result["replacements"] == expected["replacements"]
+    assert result["messages"] == expected["messages"]
+    assert read_log(path).packed_rows == expected["packedRows"]
+    db = tmp_path / "s.db"
+    imported = runner.invoke(app, ["import", str(db), str(path)])
+    assert imported.exit_code == 0, imported.output
+    for extra in ([], ["--format", "dsh"], ["--format", "dsh", "--zstd"]):
+        exported = runner.invoke(app, ["export", str(db), expected["sessionId"], *extra])
+        assert exported.exit_code == 0, exported.output
+        content = exported.stdout_bytes
+        if "--zstd" in extra:
+            import zstandard
+            content = zstandard.ZstdDecompressor().decompress(content,
+                                                              read_across_frames=True)
+        assert events_sha256(content) == expected["events_sha256"]
+        assert json.loads(content.split(b"\n")[0]) == json.loads(path.read_bytes()
+                                                                 .split(b"\n")[0])

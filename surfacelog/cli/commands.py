@@ -63,6 +63,8 @@ def _read(path: Path, legacy: bool, max_line_bytes: int = MAX_LINE_BYTES) -> Log
     except LogError as exc:
         if exc.rule == "json":
             raise _Unreadable(f"{path} is not JSONL: {exc}") from exc
+        if exc.rule == "zstd":
+            raise _Unreadable(f"{path} is not a readable zstd session file: {exc}") from exc
         raise
     if legacy:
         return LogFile(log.header, upgrade_legacy(log.events))
