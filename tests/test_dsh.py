@@ -9,13 +9,17 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sessiongen import sessions
 from typer.testing import CliRunner
 
 from surfacelog.cli import app
 from surfacelog.schema import DecodeError
 from surfacelog.schema.codec import decode_log, encode_log, read_log
-from surfacelog.schema.dsh import ZSTD_MAGIC, encode_dsh
-from surfacelog.schema.header import SessionHeader
+from surfacelog.schema.dsh import MAX_ROW_BYTES, ZSTD_MAGIC, encode_dsh, pack_records
+from surfacelog.schema.events import Event
+from surfacelog.schema.header import SessionHeader, header_to_json
 from surfacelog.session import replay
 
 EVENT = '{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}'
@@ -259,8 +263,9 @@ def canonical(value: Any) -> str:
                           for k in sorted(value)) + "}"
 
 
-def events_sha256(content: bytes) -> str:
-    log = decode_log(content)
+def events_sha256(path: Path) -> str:
+    log = read_log(path)
+    assert log.torn is None
     value = msgspec.json.decode(msgspec.json.encode(log.events))
     return hashlib.sha256(canonical(value).encode()).hexdigest()
 
@@ -292,11 +297,103 @@ def test_dsh_fixture(expected_path: Path, tmp_path: Path, runner: CliRunner) -> 
     for extra in ([], ["--format", "dsh"], ["--format", "dsh", "--zstd"]):
         exported = runner.invoke(app, ["export", str(db), expected["sessionId"], *extra])
         assert exported.exit_code == 0, exported.output
-        content = exported.stdout_bytes
-        if "--zstd" in extra:
-            import zstandard
-            content = zstandard.ZstdDecompressor().decompress(content,
-                                                              read_across_frames=True)
-        assert events_sha256(content) == expected["events_sha256"]
-        assert json.loads(content.split(b"\n")[0]) == json.loads(path.read_bytes()
-                                                                 .split(b"\n")[0])
+        out_path = tmp_path / f"out-{len(extra)}.jsonl"
+        out_path.write_bytes(exported.stdout_bytes)
+        assert exported.stdout_bytes.startswith(ZSTD_MAGIC) is ("--zstd" in extra)
+        assert events_sha256(out_path) == expected["events_sha256"]
+        header = read_log(out_path).header
+        assert header is not None
+        assert header_to_json(header, dsh_line=True) == json.loads(
+            path.read_bytes().split(b"\n")[0])
+
+
+# -- 4. export in DSH's format ---------------------------------------------------------------
+
+
+def _chunks(n: int, *, text: str = "x", seq0: int = 0, kind: str = "text-delta",
+            time_step: int = 1) -> list[Event]:
+    def chunk(k: int) -> dict[str, Any]:
+        if kind == "tool-call-delta":
+            return {"type": kind, "index": 0, "id": "c-1", "argumentsDelta": text}
+        return {"type": kind, "index": 0, "text": text}
+    return [Event(type="assistant/chunk", seq=seq0 + k, time=1000 + k * time_step,
+                  data={"turn": 1, "step": 1, "chunk": chunk(k)}) for k in range(n)]
+
+
+def _shapes(records: list[bytes | Event]) -> list[Any]:
+    return [len(msgspec.json.decode(r)["data"].get("texts") or
+                msgspec.json.decode(r)["data"].get("args"))
+            if isinstance(r, bytes) else "event" for r in records]
+
+
+@pytest.mark.parametrize("n, shape", [
+    (2, ["event", "event"]),
+    (3, [3]),
+    (1024, [1024]),
+    (1025, [1024, "event"]),
+    (1027, [1024, 3]),
+    (2050, [1024, 1024, "event", "event"]),
+])
+def test_runs_pack_as_dsh_packs_them(n: int, shape: list[Any]) -> None:
+    events = _chunks(n)
+    records = list(pack_records(events))
+    assert _shapes(records) == shape
+    content = b"".join((r if isinstance(r, bytes) else msgspec.json.encode(r)) + b"\n"
+                       for r in records)
+    assert decode_log(content).events == events
+
+
+def test_a_row_holds_at_most_one_mebibyte_of_data() -> None:
+    big = _chunks(10, text="y" * 300_000, kind="tool-call-delta")  # 3 fit, 4 do not
+    records = list(pack_records(big))
+    assert _shapes(records) == [3, 3, 3, "event"]
+    for row in records[:3]:
+        assert isinstance(row, bytes)
+        assert len(msgspec.json.encode(msgspec.json.decode(row)["data"])) <= MAX_ROW_BYTES
+    huge = _chunks(5, text="z" * 400_000)  # not even 3 fit: one verbatim, then retry
+    assert _shapes(list(pack_records(huge))) == ["event"] * 5
+
+
+def test_runs_break_where_dsh_breaks_them() -> None:
+    events = _chunks(3) + _chunks(3, seq0=3, kind="reasoning-delta")
+    assert _shapes(list(pack_records(events))) == [3, 3]
+    gap = _chunks(3) + _chunks(3, seq0=4)  # seq 3 missing: not one run
+    assert _shapes(list(pack_records(gap))) == [3, 3]
+    marked = _chunks(4)
+    marked[1] = msgspec.structs.replace(marked[1], ignorable=True)  # envelope not exact
+    assert _shapes(list(pack_records(marked))) == ["event", "event", "event", "event"]
+
+
+@given(session=sessions(), zstd=st.booleans(), batch=st.integers(1, 40))
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_dsh_export_round_trips(session: Any, zstd: bool, batch: int,
+                                tmp_path: Path) -> None:
+    header = SessionHeader(version=0, id=session.id, created_at=1, delegation_depth=0)
+    path = tmp_path / "rt.jsonl"
+    path.write_bytes(encode_dsh(header, session.log, zstd=zstd, batch=batch))
+    log = read_log(path)
+    assert log.header == header
+    assert log.events == list(session.log)
+    assert log.torn is None
+
+
+def test_export_format_dsh_through_the_cli(tmp_path: Path, runner: CliRunner) -> None:
+    from sessiongen import build_session
+    session = build_session("s-cli", 4)
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(encode_log(SessionHeader(version=0, id="s-cli", created_at=1,
+                                             delegation_depth=0), session.log))
+    db = tmp_path / "s.db"
+    assert runner.invoke(app, ["import", str(db), str(src)]).exit_code == 0
+    out = tmp_path / "out.jsonl.zstd"
+    done = runner.invoke(app, ["export", str(db), "s-cli", "--format", "dsh", "--zstd",
+                               "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    log = read_log(out)
+    assert log.events == list(session.log) and log.packed_rows > 0
+    refused = runner.invoke(app, ["export", str(db), "s-cli", "--zstd"])
+    assert refused.exit_code == 2 and "--zstd needs --format dsh" in refused.output
+    again = runner.invoke(app, ["export", str(db), "s-cli", "--format", "dsh",
+                                "-o", str(out)])
+    assert again.exit_code == 2  # the output rules: an existing file needs --force

@@ -8,7 +8,7 @@ import signal
 import sys
 from inspect import Parameter, Signature
 from pathlib import Path
-from typing import Annotated, Any, get_type_hints
+from typing import Annotated, Any, Literal, get_type_hints
 
 import msgspec
 import typer
@@ -254,8 +254,18 @@ def export(db: DbArg = None,
            shards: ShardsOpt = None,
            force: Annotated[bool, typer.Option(
                "--force", help="replace an existing output file (never a database)")
+           ] = False,
+           fmt: Annotated[Literal["jsonl", "dsh"], typer.Option(
+               "--format", help="jsonl: one event per line; dsh: as DSH's JSONL backend "
+                                "writes it (packed chunk rows)")] = "jsonl",
+           zstd: Annotated[bool, typer.Option(
+               "--zstd", help="with --format dsh: zstd frames (DSH's session.jsonl.zstd)")
            ] = False) -> None:
-    """Write a stored session as DSH JSONL: its header line, then one event per line.
+    """Write a stored session as DSH JSONL: its header line (``delegationDepth``
+    always present), then one event per line. ``--format dsh`` writes what DSH's own
+    JSONL backend writes: chunk runs as packed rows (runs of 3..1024, at most 1 MiB of
+    data per row), and with ``--zstd`` one zstd frame for the header and one per batch
+    of events (DSH's default ``session.jsonl.zstd``).
     With ``--shards FILE`` (then ``export --shards FILE SESSION``): from the shard that
     holds it, found among its candidate shards. The store is opened read-only.
 
@@ -274,6 +284,8 @@ def export(db: DbArg = None,
     shard_map = _either("export", db, shards)
     if session is None:
         raise _usage("export", "missing argument SESSION")
+    if zstd and fmt != "dsh":
+        raise _usage("export", "--zstd needs --format dsh")
     session_id = session
     databases = ([db] if db is not None else
                  [s.path for s in shard_map.shards] if shard_map is not None else [])
@@ -282,13 +294,13 @@ def export(db: DbArg = None,
     async def run_one(db_path: Path) -> bytes:
         store = await _open_store(db_path, read_only=True)
         try:
-            return await export_session(store, session_id)
+            return await export_session(store, session_id, fmt=fmt, zstd=zstd)
         finally:
             await store.close()
 
     async def run_sharded(stores: ShardedStores) -> bytes:
         async with stores:
-            _, content = await stores.export_session(session_id)
+            _, content = await stores.export_session(session_id, fmt=fmt, zstd=zstd)
             return content
 
     try:
