@@ -397,3 +397,208 @@ def test_export_format_dsh_through_the_cli(tmp_path: Path, runner: CliRunner) ->
     again = runner.invoke(app, ["export", str(db), "s-cli", "--format", "dsh",
                                 "-o", str(out)])
     assert again.exit_code == 2  # the output rules: an existing file needs --force
+
+
+# -- 5. a DSH sessions root -------------------------------------------------------------------
+
+
+def _write_session(root: Path, cwd_dir: str, session_id: str, content: bytes,
+                   name: str = "session.jsonl.zstd") -> Path:
+    path = root / cwd_dir / session_id / name
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    return path
+
+
+def test_import_walks_a_sessions_root_resumably(tmp_path: Path, runner: CliRunner) -> None:
+    from sessiongen import build_session
+    root = tmp_path / "sessions"
+    one, two = build_session("s-1", 2), build_session("s-2", 1)
+    head = SessionHeader(version=0, id="s-1", created_at=1, cwd="/w", delegation_depth=0,
+                         agent_preset="coder")
+    _write_session(root, "--w--", "s-1", encode_dsh(head, one.log, zstd=True))
+    _write_session(root, "_no-cwd", "s-2", encode_dsh(
+        SessionHeader(version=0, id="s-2", created_at=1, delegation_depth=0), two.log,
+        zstd=True))
+    bad = bytearray(encode_dsh(SessionHeader(version=0, id="s-3", created_at=1, cwd="/w",
+                                             delegation_depth=0), one.log, zstd=False))
+    bad_path = _write_session(root, "--w--", "s-3", b"")
+    import zstandard
+    text = bytes(bad).replace(b'"dt":[', b'"dt":[1,', 1)  # one gap too many
+    bad_path.write_bytes(b"".join(zstandard.ZstdCompressor().compress(line + b"\n")
+                                  for line in text.splitlines()))
+    (root / "notes.txt").write_text("not a session")
+    db = tmp_path / "s.db"
+    first = runner.invoke(app, ["import", str(db), str(root)])
+    assert first.exit_code == 1, first.output
+    lines = first.output.strip().splitlines()
+    assert any(line.startswith(f"{root}/--w--/s-1/session.jsonl.zstd: imported as "
+                               f"session s-1") for line in lines)
+    assert any("s-2/session.jsonl.zstd: imported as session s-2" in line for line in lines)
+    assert any("s-3/session.jsonl.zstd: refused (packed-row): " in line for line in lines)
+    again = runner.invoke(app, ["import", str(db), str(root)])
+    assert again.exit_code == 1
+    assert "already stored as session s-1" in again.output
+    assert "already stored as session s-2" in again.output
+    assert "imported as" not in again.output
+    out = runner.invoke(app, ["export", str(db), "s-1"])
+    assert decode_log(out.stdout_bytes).header == head
+    assert json.loads(runner.invoke(app, ["digest", str(db), "--json"]).stdout).keys() \
+        == {"s-1", "s-2"}
+
+
+def test_a_root_with_both_encodings_is_refused(tmp_path: Path, runner: CliRunner) -> None:
+    root = tmp_path / "sessions"
+    head = SessionHeader(version=0, id="a", created_at=1, delegation_depth=0)
+    _write_session(root, "_no-cwd", "a", encode_dsh(head, [], zstd=True))
+    _write_session(root, "_no-cwd", "b", encode_dsh(head, []), name="session.jsonl")
+    result = runner.invoke(app, ["import", str(tmp_path / "s.db"), str(root)])
+    assert result.exit_code == 2
+    assert "holds both session.jsonl and session.jsonl.zstd" in result.output
+
+
+# -- 6. a DSH SQLite database ------------------------------------------------------------------
+
+DSH_DDL = """
+CREATE TABLE persistence_state(singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+  store_id TEXT NOT NULL) STRICT;
+CREATE TABLE sessions(id TEXT PRIMARY KEY, version INTEGER NOT NULL,
+  created_at INTEGER NOT NULL, cwd TEXT, parent_session TEXT, seed_length INTEGER,
+  origin TEXT, delegation_depth INTEGER, agent_preset TEXT, incarnation TEXT NOT NULL,
+  revision INTEGER NOT NULL) STRICT;
+CREATE TABLE events(session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  seq INTEGER NOT NULL, type TEXT NOT NULL, time INTEGER NOT NULL, data ANY NOT NULL,
+  source_event_seqs ANY, surface_op TEXT,
+  ignorable INTEGER CHECK (ignorable IS NULL OR ignorable IN (0, 1)),
+  PRIMARY KEY (session_id, seq)) STRICT;
+"""
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def encode_varints(values: list[int]) -> bytes:
+    out = bytearray()
+    for k, value in enumerate(values):
+        if k == 0:
+            out += _varint(value)
+        else:
+            d = value - values[k - 1]
+            out += _varint(2 * d if d >= 0 else 2 * -d - 1)
+    return bytes(out)
+
+
+def _dsh_database(path: Path, sessions: dict[str, tuple[SessionHeader, list[Event]]],
+                  version: int = 17) -> None:
+    import sqlite3
+
+    import zstandard
+    conn = sqlite3.connect(path)
+    conn.executescript(DSH_DDL)
+    conn.execute("INSERT INTO persistence_state VALUES (1, 'store-1')")
+    for sid, (head, events) in sessions.items():
+        conn.execute("INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?)", (
+            sid, 0, head.created_at, head.cwd or None, None, None,
+            msgspec.json.encode(head.origin).decode() if head.origin is not msgspec.UNSET
+            else None, head.delegation_depth, None, "inc-1", 1))
+        for record in pack_records(events):
+            if isinstance(record, bytes):
+                row = msgspec.json.decode(record)
+                data = msgspec.json.encode(row["data"])
+                conn.execute("INSERT INTO events VALUES (?,?,?,?,?,NULL,NULL,0)",
+                             (sid, row["seq0"], row["type"], row["time0"], data.decode()))
+                continue
+            e = record
+            text = msgspec.json.encode(e.data)
+            data: Any = text.decode()
+            if len(text) >= 4096:
+                data = zstandard.ZstdCompressor(level=3).compress(text)
+            seqs = (None if e.source_event_seqs is msgspec.UNSET
+                    else encode_varints(list(e.source_event_seqs)))
+            op = (None if e.surface_op is msgspec.UNSET
+                  else msgspec.json.encode(e.surface_op).decode())
+            conn.execute("INSERT INTO events VALUES (?,?,?,?,?,?,?,?)", (
+                sid, e.seq, e.type, e.time, data, seqs, op,
+                1 if e.ignorable is True else None))
+    conn.execute(f"PRAGMA application_id = {0x44534850}")
+    conn.execute(f"PRAGMA user_version = {version}")
+    conn.commit()
+    conn.close()
+
+
+def test_varints_decode_as_dsh_encodes_them() -> None:
+    from surfacelog.store.dsh_sources import decode_varints
+    for values in ([], [0], [5, 6, 7], [300, 2, 9_000_000_000, 0], [2**53 - 1, 0]):
+        assert decode_varints(encode_varints(values)) == values
+    assert decode_varints(b"") == []
+    for bad in (b"\x80", b"\x85\x00", b"\xff" * 10, encode_varints([0, 0])[:1] + b"\x01"):
+        with pytest.raises(ValueError):
+            decode_varints(bad)
+
+
+def test_import_reads_a_dsh_sqlite_database(tmp_path: Path, runner: CliRunner) -> None:
+    from sessiongen import add_turn, build_session
+    session = build_session("d-1", 3)
+    add_turn(session, 4, chunks=6)
+    big = "w" * 5000  # a data over 4 KiB: a zstd BLOB
+    session.append("todo/write", {"todos": [{"content": big, "status": "pending"}]})
+    head = SessionHeader(version=0, id="d-1", created_at=7, cwd="/w",
+                         origin={"kind": "cli"}, delegation_depth=1)
+    dsh = tmp_path / "dsh.sqlite"
+    _dsh_database(dsh, {"d-1": (head, list(session.log))})
+    db = tmp_path / "s.db"
+    result = runner.invoke(app, ["import", str(db), str(dsh)])
+    assert result.exit_code == 0, result.output
+    assert f"{dsh} session d-1: imported as session d-1" in result.output
+    out = runner.invoke(app, ["export", str(db), "d-1"])
+    log = decode_log(out.stdout_bytes)
+    assert log.events == list(session.log)
+    assert log.header == head
+    again = runner.invoke(app, ["import", str(db), str(dsh)])
+    assert again.exit_code == 0 and "already stored as session d-1" in again.output
+
+
+@pytest.mark.parametrize("version", [16, 18])
+def test_a_dsh_database_of_another_schema_version_is_refused(
+        version: int, tmp_path: Path, runner: CliRunner) -> None:
+    dsh = tmp_path / "dsh.sqlite"
+    _dsh_database(dsh, {"d-1": (SessionHeader(version=0, id="d-1", created_at=1,
+                                              delegation_depth=0),
+                                [])}, version=version)
+    db = tmp_path / "s.db"
+    result = runner.invoke(app, ["import", str(db), str(dsh)])
+    assert result.exit_code == 2
+    assert f"has schema version {version}, incompatible with this build (17)" \
+        in result.output
+    assert json.loads(runner.invoke(app, ["digest", str(db), "--json"]).stdout) == {}
+
+
+def test_a_bad_row_refuses_only_its_session(tmp_path: Path, runner: CliRunner) -> None:
+    import sqlite3
+    good = (SessionHeader(version=0, id="g", created_at=1, delegation_depth=0),
+            _chunks(4))
+    bad = (SessionHeader(version=0, id="h", created_at=1, delegation_depth=0), _chunks(4))
+    dsh = tmp_path / "dsh.sqlite"
+    _dsh_database(dsh, {"g": good, "h": bad})
+    conn = sqlite3.connect(dsh)
+    conn.execute("UPDATE events SET data = '{\"turn\":1,\"step\":1,\"index\":0,"
+                 "\"dt\":[1],\"texts\":[\"a\",\"b\"]}' WHERE session_id = 'h'")
+    conn.commit()
+    conn.close()
+    db = tmp_path / "s.db"
+    result = runner.invoke(app, ["import", str(db), str(dsh)])
+    assert result.exit_code == 1
+    assert f"{dsh} session g: imported as session g (4 events)" in result.output
+    assert (f"{dsh} session h: refused (row): invalid committed physical row at seq 0: "
+            f"packed row of 2 members (3..1024)") in result.output
+    assert list(json.loads(runner.invoke(app, ["digest", str(db), "--json"]).stdout)) \
+        == ["g"]

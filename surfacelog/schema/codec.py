@@ -164,19 +164,20 @@ def _is_header_line(line: bytes) -> bool:
     return isinstance(value, dict) and value.get("type") == "session"
 
 
-def _slow_line(line: bytes, n: int) -> Event:
+def _slow_line(line: bytes, where: str) -> Event:
     """One event line the strict decoder refused (or holding ``-0``)."""
-    return decode_event(line, f"line {n}")
+    return decode_event(line, where)
 
 
-def _decode_lines(numbered: Iterable[tuple[int, bytes]],
-                  notes: ReadNotes | None = None) -> LogFile:
+def decode_records(numbered: Iterable[tuple[int, bytes]], notes: ReadNotes | None = None,
+                   *, unit: str = "line") -> LogFile:
     """Decode physical lines (line numbers count blank lines, so that an error names
     the line an editor shows): an optional header line, then one event per non-blank
     line. Each line is decoded on its own: decoding the lines joined into one JSON
     array would accept an event split over two lines, which is not JSONL. A line with
     more opening brackets than ``MAX_NESTING`` has its data's depth checked. A DSH
-    packed chunk row stands for the events it expands to (``dsh.expand_packed_row``)."""
+    packed chunk row stands for the events it expands to (``dsh.expand_packed_row``).
+    ``unit`` is how errors name a record (``line 5``; a database reader says ``seq``)."""
     notes = ReadNotes() if notes is None else notes
     header: SessionHeader | None = None
     events: list[Event] = []
@@ -194,29 +195,29 @@ def _decode_lines(numbered: Iterable[tuple[int, bytes]],
                     try:
                         header = header_from_json(JSON_DECODER.decode(line), dsh_line=True)
                     except DecodeError as exc:
-                        raise exc.with_prefix(f"line {n}: ") from exc
+                        raise exc.with_prefix(f"{unit} {n}: ") from exc
                     continue
             if b"-0" not in line:
                 try:
                     event = decode(line)
                 except msgspec.DecodeError:
                     if is_packed_row(line):
-                        events.extend(expand_packed_row(line, f"line {n}"))
+                        events.extend(expand_packed_row(line, f"{unit} {n}"))
                         notes.packed_rows += 1
                         continue
-                    event = _slow_line(line, n)
+                    event = _slow_line(line, f"{unit} {n}")
             elif is_packed_row(line):
-                events.extend(expand_packed_row(line, f"line {n}"))
+                events.extend(expand_packed_row(line, f"{unit} {n}"))
                 notes.packed_rows += 1
                 continue
             else:
-                event = _slow_line(line, n)
+                event = _slow_line(line, f"{unit} {n}")
             if line.count(b"[") + line.count(b"{") > MAX_NESTING and \
                     nesting_depth(event.data) > MAX_NESTING:
-                raise nesting_error(event.type, event.seq, prefix=f"line {n}: ")
+                raise nesting_error(event.type, event.seq, prefix=f"{unit} {n}: ")
             append(event)
     except RecursionError as exc:  # msgspec's own limit, far past ours
-        raise nesting_error(None, None, prefix=f"line {n}: ") from exc
+        raise nesting_error(None, None, prefix=f"{unit} {n}: ") from exc
     return LogFile(header, events, notes.torn, notes.packed_rows)
 
 
@@ -224,7 +225,7 @@ def decode_log(content: bytes) -> LogFile:
     """Decode JSONL: an optional header line, then one event per line; blank lines are
     skipped. Raises ``DecodeError`` naming the line number of the first bad line
     (``NestingError`` for data nested deeper than ``MAX_NESTING``)."""
-    return _decode_lines(enumerate(content.splitlines(), 1))
+    return decode_records(enumerate(content.splitlines(), 1))
 
 
 def _file_lines(handle: BinaryIO, path: str | Path, max_line_bytes: int,
@@ -284,10 +285,10 @@ def read_log(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> LogFi
     with Path(path).open("rb") as handle:
         if handle.peek(len(ZSTD_MAGIC))[:len(ZSTD_MAGIC)] == ZSTD_MAGIC:
             try:
-                return _decode_lines(zstd_lines(handle, max_line_bytes, notes), notes)
+                return decode_records(zstd_lines(handle, max_line_bytes, notes), notes)
             except DecodeError as exc:
                 raise exc.with_prefix(f"{path}: ") from exc
-        return _decode_lines(_file_lines(handle, path, max_line_bytes, notes), notes)
+        return decode_records(_file_lines(handle, path, max_line_bytes, notes), notes)
 
 
 def encode_log(header: SessionHeader | None, events: Iterable[Event]) -> bytes:
