@@ -602,3 +602,99 @@ def test_a_bad_row_refuses_only_its_session(tmp_path: Path, runner: CliRunner) -
             f"packed row of 2 members (3..1024)") in result.output
     assert list(json.loads(runner.invoke(app, ["digest", str(db), "--json"]).stdout)) \
         == ["g"]
+
+
+# -- 8. an EventStore over a DSH sessions root ----------------------------------------------
+
+
+def _crashed_root(tmp_path: Path, zstd: bool) -> tuple[Path, Path, list[Event]]:
+    """A DSH root with one session whose last turn is open and whose file has a torn
+    tail (a half-written final frame, or a partial last line)."""
+    from sessiongen import build_session, open_turn
+    session = build_session("crash", 2)
+    open_turn(session, 3)
+    events = list(session.log)
+    root = tmp_path / "root"
+    head = SessionHeader(version=0, id="crash", created_at=1, cwd="/w",
+                         delegation_depth=0, agent_preset="coder")
+    content = encode_dsh(head, events, zstd=zstd, batch=10)
+    if zstd:
+        last = _frame_starts(content)[-1]
+        content = content[:last + (len(content) - last) // 2]
+    else:
+        content = content[:-20]
+    path = _write_session(root, "--w--", "crash", content,
+                          "session.jsonl.zstd" if zstd else "session.jsonl")
+    return root, path, events
+
+
+@pytest.mark.parametrize("zstd", [True, False])
+async def test_a_dsh_root_store_repairs_a_torn_session_as_dsh_does(
+        tmp_path: Path, zstd: bool) -> None:
+    from surfacelog.session import END_SEED
+    from surfacelog.store.dsh_root import DshRootEventStore
+    root, path, events = _crashed_root(tmp_path, zstd)
+    kept = read_log(path)
+    assert kept.torn is not None and 0 < len(kept.events) < len(events)
+    store = await DshRootEventStore.open(root)
+    try:
+        assert await store.read_since("crash") == kept.events
+        opened = await store.open_session("crash")
+        types = [e.type for e in opened.repaired]
+        assert types[0] == END_SEED and types[-1] == "turn/end"
+    finally:
+        await store.close()
+    after = read_log(path)  # what DSH's reader finds: a whole file, no torn tail
+    assert after.torn is None
+    assert after.events == list(opened.session.log)
+    assert after.events[:len(kept.events)] == kept.events
+    assert after.header is not None and after.header.agent_preset == "coder"
+    assert path.read_bytes().startswith(ZSTD_MAGIC) is zstd
+    replay(after.events, after.header)
+    again = await DshRootEventStore.open(root)  # a fresh store reads the same log
+    try:
+        assert await again.read_since("crash") == after.events
+    finally:
+        await again.close()
+
+
+async def test_a_dsh_root_store_reads_packed_rows_and_writes_new_sessions_dsh_reads(
+        tmp_path: Path) -> None:
+    from sessiongen import build_session
+
+    from surfacelog.store.dsh_root import DshRootEventStore
+    root = tmp_path / "root"
+    session = build_session("packed", 3)
+    head = SessionHeader(version=0, id="packed", created_at=1, delegation_depth=0)
+    _write_session(root, "_no-cwd", "packed", encode_dsh(head, session.log, zstd=True))
+    store = await DshRootEventStore.open(root)
+    try:
+        assert (await store.load("packed")).log == session.log
+        await store.create(SessionHeader(version=0, id="new/../x", created_at=2,
+                                         cwd="/a b/c"), list(build_session("n", 1).log))
+    finally:
+        await store.close()
+    files = sorted(p.relative_to(root).as_posix() for p in root.rglob("session.jsonl*"))
+    assert files == ["--a-b-c--/new%2F..%2Fx/session.jsonl.zstd",
+                     "_no-cwd/packed/session.jsonl.zstd"]
+    log = read_log(root / files[0])
+    assert log.header is not None and log.header.delegation_depth == 0
+    assert len(log.events) == len(build_session("n", 1).log)
+
+
+@pytest.mark.usefixtures("ray_local")
+async def test_connect_serves_a_dsh_root_where_it_is(tmp_path: Path) -> None:
+    from surfacelog.actors.client import connect
+    root, path, _ = _crashed_root(tmp_path, True)
+    client = connect(db=str(root))
+    try:
+        handle = client.session("crash")
+        before = await handle.surface()
+        await handle.append("turn/start", {"turn": 9})
+        await handle.flush()
+    finally:
+        client.shutdown()
+    log = read_log(path)
+    assert log.torn is None and log.events[-1].type == "turn/start"
+    assert log.events[-2].type == "turn/end"  # the crash-repair closer, durable
+    assert len(log.events) == before.length + 1
