@@ -149,13 +149,17 @@ def _zstd_file(path: Path, batch: int = 7) -> list[Any]:
     return events
 
 
-def test_zstd_frames_are_read_frame_by_frame(tmp_path: Path) -> None:
+def test_zstd_frames_are_read_frame_by_frame(tmp_path: Path, runner: CliRunner) -> None:
     path = tmp_path / "session.jsonl.zstd"
     events = _zstd_file(path)
     log = read_log(path)
     assert log.events == events and log.torn is None
     assert log.header is not None and log.header.id == "s-gen"
     assert log.packed_rows > 0  # the chunks went out packed
+    folded = json.loads(runner.invoke(app, ["fold", "--json", str(path)]).stdout)
+    assert folded["ok"] and folded["nodes"] == list(replay(events).surface.nodes)
+    short = runner.invoke(app, ["fold", "--max-line-bytes", "20", str(path)])
+    assert short.exit_code == 2 and "line 1 is longer than 20 bytes" in short.output
 
 
 def _frame_starts(data: bytes) -> list[int]:

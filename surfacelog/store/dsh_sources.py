@@ -46,11 +46,6 @@ class DshSourceError(StoreError):
 # -- the JSONL sessions root --------------------------------------------------------------
 
 
-def is_sessions_root(path: Path) -> bool:
-    """Whether ``path`` is a directory laid out as a DSH sessions root."""
-    return path.is_dir()
-
-
 def session_files(root: Path) -> list[Path]:
     """Every session file of a DSH sessions root, in a stable order (cwd directory, then
     session directory, by name): ``<root>/--<cwd>--/<id>/session.jsonl[.zstd]`` and
