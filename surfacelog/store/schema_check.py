@@ -184,21 +184,29 @@ def inspect_file(path: Path) -> FileState:
         raise VersionRefused(f"{path} is not a SQLite database (no SQLite header); refused "
                              f"and left unmodified")
     wal = path.with_name(path.name + "-wal")
-    query = "mode=ro&readonly_shm=1" if wal.exists() else "mode=ro&immutable=1"
-    uri = f"{path.resolve().as_uri()}?{query}"
-    try:
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
-    except sqlite3.Error as exc:
-        raise VersionRefused(f"{path} cannot be opened read-only to check its schema: {exc}; "
-                             f"refused and left unmodified") from exc
-    try:
-        shape = read_shape(conn)
-    except sqlite3.DatabaseError as exc:
-        raise VersionRefused(f"{path} cannot be read as a SQLite database: {exc}; refused and "
-                             f"left unmodified") from exc
-    finally:
-        conn.close()
-    return classify(shape, str(path))
+    for attempt in range(3):
+        had_wal = wal.exists()
+        query = "mode=ro&readonly_shm=1" if had_wal else "mode=ro&immutable=1"
+        uri = f"{path.resolve().as_uri()}?{query}"
+        try:
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise VersionRefused(f"{path} cannot be opened read-only to check its schema: "
+                                 f"{exc}; refused and left unmodified") from exc
+        try:
+            shape = read_shape(conn)
+        except sqlite3.DatabaseError as exc:
+            # A writer that closed meanwhile removed (or one that opened created) the
+            # -wal/-shm files the open was chosen for: look again, rather than call a
+            # good database unreadable.
+            if wal.exists() != had_wal and attempt < 2:
+                continue
+            raise VersionRefused(f"{path} cannot be read as a SQLite database: {exc}; "
+                                 f"refused and left unmodified") from exc
+        finally:
+            conn.close()
+        return classify(shape, str(path))
+    raise AssertionError("unreachable")
 
 
 def check_or_initialise(conn: sqlite3.Connection, where: str) -> FileState:
