@@ -50,6 +50,7 @@ from surfacelog.store.errors import (
     BadEvent,
     CommitFailed,
     SeqMismatch,
+    SessionDeleted,
     SessionExists,
     SessionNotFound,
     StoreError,
@@ -182,6 +183,10 @@ def _create_session(conn: sqlite3.Connection, item: PendingBatch,
     item.opened = None
     exists = conn.execute("SELECT 1 FROM sessions WHERE id = ?",
                           (item.session_id,)).fetchone()
+    if exists is not None and new.or_open and conn.execute(
+            "SELECT 1 FROM tombstones WHERE session_id = ?", (item.session_id,)
+    ).fetchone() is not None:
+        return SessionDeleted(f"session {item.session_id!r} is deleted")
     if exists is not None and new.or_open:
         # Taken for writing as ``read_stored(bump=True)`` does, in this transaction.
         sid = item.session_id
