@@ -15,6 +15,7 @@ from surfacelog.schema.errors import InvalidArgument
 from surfacelog.store.base import (
     EventStore,
     ScopeConflict,
+    SeqMismatch,
     SessionDeleted,
     SessionExists,
     SessionNotFound,
@@ -194,3 +195,33 @@ async def test_v1_database_read_as_is_then_upgraded(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     assert conn.execute("SELECT id FROM sessions").fetchall() == [("old",)]
+
+
+async def test_append_with_state_all_or_nothing(store: EventStore) -> None:
+    session = build_session("s1", 2)
+    await store.create(header_for("s1"))
+    await store.set_scope("s1", "app", "u1", at=1)
+    opened = await store.open_session("s1")
+    start = len(opened.session)
+    batch = [e.__class__(**{**{f: getattr(e, f) for f in e.__struct_fields__},
+                            "seq": start + i}) for i, e in enumerate(session.log[:3])]
+    await store.append_with_state("s1", batch, {"k": 1, "user:u": 2, "temp:t": 3},
+                                  epoch=opened.epoch, at=7)
+    state = await store.get_state("s1")
+    assert (state.user, state.session) == ({"u": 2}, {"k": 1})
+    assert len(await store.read_since("s1")) == start + 3
+    assert (await store.scope_of("s1")).update_time == 7
+    # a refused batch (stale seq) writes no state either
+    with pytest.raises(SeqMismatch):
+        await store.append_with_state("s1", batch, {"k": 99}, epoch=opened.epoch, at=8)
+    assert (await store.get_state("s1")).session == {"k": 1}
+    # a session without scope: nothing written, events included
+    await store.create(header_for("bare"))
+    bare = await store.open_session("bare")
+    more = [e.__class__(**{**{f: getattr(e, f) for f in e.__struct_fields__},
+                           "seq": len(bare.session)}) for e in session.log[:1]]
+    with pytest.raises(ScopeConflict, match="nothing written"):
+        await store.append_with_state("bare", more, {"k": 1}, epoch=bare.epoch, at=9)
+    assert len(await store.read_since("bare")) == len(bare.session)
+    with pytest.raises(InvalidArgument):
+        await store.append_with_state("s1", [], {"k": {1, 2}}, epoch=opened.epoch, at=9)

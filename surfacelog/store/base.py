@@ -149,6 +149,16 @@ class EventStore(abc.ABC):
         ``InvalidArgument`` (a value that is not JSON), ``StoreError``."""
         raise self._unsupported("scopes")
 
+    async def append_with_state(self, session_id: str, events: Sequence[Event],
+                                delta: Mapping[str, Any], *, epoch: int, at: int,
+                                durable: bool = True) -> None:
+        """``append`` and ``update_state(delta, at=at)`` as one write, all or nothing:
+        the events are never stored without their state delta nor the other way round.
+        Raises what ``append`` raises, ``ScopeConflict`` (the session has no scope;
+        nothing written), ``InvalidArgument`` (a value that is not JSON; before
+        anything is queued)."""
+        raise self._unsupported("state")
+
     async def scope_of(self, session_id: str) -> ScopedSession:
         """The session's scope row. Raises ``SessionNotFound`` (``SessionDeleted``),
         ``ScopeConflict`` (the session has no scope)."""

@@ -10,11 +10,12 @@ unchanged. It checks what the SQLite backend's tables check (``STRICT`` column t
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from surfacelog.schema.codec import JSON_ENCODER
+from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader, header_to_json
 from surfacelog.store.base import EventStore, SessionInfo
 from surfacelog.store.errors import (
@@ -27,7 +28,7 @@ from surfacelog.store.errors import (
     StoreError,
     WriterFenced,
 )
-from surfacelog.store.rows import EncodedBatch, Row, StoredRow
+from surfacelog.store.rows import NO_ROWS, EncodedBatch, Row, StoredRow, encode_batch
 from surfacelog.store.scoped import (
     ScopedSession,
     ScopedState,
@@ -130,6 +131,31 @@ class MemoryEventStore(EventStore):
         stored.scope = (app_name, user_id)
         stored.update_time = at
         self._apply(stored, app_name, user_id, state or {})
+
+    async def append_with_state(self, session_id: str, events: Sequence[Event],
+                                delta: Mapping[str, Any], *, epoch: int, at: int,
+                                durable: bool = True) -> None:
+        """See ``EventStore.append_with_state``."""
+        self._check_open()
+        split_delta(delta)  # refuse a bad value before anything is applied
+        batch = encode_batch(session_id, events) if events else NO_ROWS
+        try:
+            stored = self._sessions.get(session_id)
+            if stored is not None and stored.scope is None:
+                raise ScopeConflict(f"session {session_id!r} has no app and user scope; "
+                                    f"nothing written")
+            if batch.rows:
+                self._append(session_id, batch, epoch, False)
+            else:
+                self._session(session_id)
+            stored = self._sessions[session_id]
+            assert stored.scope is not None
+            self._apply(stored, *stored.scope, delta)
+            stored.update_time = at
+        except StoreError as exc:
+            if durable:
+                raise
+            self._errors.append((session_id, exc))
 
     async def scope_of(self, session_id: str) -> ScopedSession:
         """See ``EventStore.scope_of``."""

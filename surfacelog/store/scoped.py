@@ -27,7 +27,8 @@ from typing import Any, Final, Literal
 from msgspec import Struct
 
 from surfacelog.schema.codec import decode_json, encode_json
-from surfacelog.schema.errors import InvalidArgument
+from surfacelog.schema.errors import InvalidArgument, LogError
+from surfacelog.schema.limits import own_json
 
 APP_PREFIX: Final = "app:"
 USER_PREFIX: Final = "user:"
@@ -74,14 +75,15 @@ class ScopedState(Struct, frozen=True):
 def split_delta(delta: Mapping[str, Any]) -> dict[StateScope, dict[str, str]]:
     """``delta`` split by scope, prefixes removed, ``temp:`` keys dropped, each value
     encoded as JSON text. Raises ``InvalidArgument`` for a key that is not a string or a
-    value that is not JSON."""
+    value JSON does not carry exactly (a set, a tuple, NaN, bytes...: the package's
+    exact-JSON rule, nothing silently converted)."""
     out: dict[StateScope, dict[str, str]] = {"app": {}, "user": {}, "session": {}}
     for key, value in delta.items():
         if not isinstance(key, str):
             raise InvalidArgument(f"state keys must be strings, got {key!r}")
         try:
-            text = encode_json(value).decode()
-        except (TypeError, ValueError) as exc:
+            text = encode_json(own_json(value, "state", None)).decode()
+        except LogError as exc:  # JsonValueError, NestingError
             raise InvalidArgument(f"state value of {key!r} is not JSON: {exc}") from exc
         if key.startswith(APP_PREFIX):
             out["app"][key.removeprefix(APP_PREFIX)] = text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
@@ -13,6 +13,7 @@ import msgspec
 
 from surfacelog.schema.codec import JSON_ENCODER
 from surfacelog.schema.errors import DecodeError, InvalidArgument
+from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader, check_header, header_to_json
 from surfacelog.store import sqlite_scoped as scoped_sql
 from surfacelog.store.base import EventStore, SessionInfo
@@ -24,9 +25,15 @@ from surfacelog.store.errors import (
     SessionNotFound,
     StoreError,
 )
-from surfacelog.store.rows import SELECT_EVENTS, EncodedBatch
+from surfacelog.store.rows import NO_ROWS, SELECT_EVENTS, EncodedBatch, encode_batch
 from surfacelog.store.schema_check import check_or_initialise, classify, inspect_file, read_shape
-from surfacelog.store.scoped import ScopedSession, ScopedState, SessionPage, check_page
+from surfacelog.store.scoped import (
+    ScopedSession,
+    ScopedState,
+    SessionPage,
+    check_page,
+    split_delta,
+)
 from surfacelog.store.stored import StoredSession
 from surfacelog.store.writer import GroupWriter, NewSession
 
@@ -297,6 +304,19 @@ class SqliteEventStore(EventStore):
         self._check_open()
         await self._run(partial(scoped_sql.set_scope, session_id, app_name, user_id,
                                 dict(state or {}), at), f"scope session {session_id!r}")
+
+    async def append_with_state(self, session_id: str, events: Sequence[Event],
+                                delta: Mapping[str, Any], *, epoch: int, at: int,
+                                durable: bool = True) -> None:
+        """See ``EventStore.append_with_state``: the delta is written in the batch's own
+        savepoint of its group commit."""
+        self._check_open()
+        state = scoped_sql.StateWrite(split_delta(delta), at)
+        batch = encode_batch(session_id, events) if events else NO_ROWS
+        waiter = self._writer.submit(session_id, epoch, batch, durable=durable,
+                                     state=state)
+        if waiter is not None:
+            await waiter
 
     async def scope_of(self, session_id: str) -> ScopedSession:
         """See ``EventStore.scope_of``."""

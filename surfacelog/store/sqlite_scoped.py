@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Mapping
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 from surfacelog.store.errors import ScopeConflict, SessionDeleted, SessionNotFound, StoreError
 from surfacelog.store.scoped import (
     ScopedSession,
     ScopedState,
     SessionPage,
+    StateScope,
     decode_state,
     split_delta,
 )
@@ -28,6 +29,34 @@ _UPSERT: Final = (
     " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (scope, app_name, user_id, session_id, key)"
     " DO UPDATE SET value = excluded.value"
 )
+
+
+class StateWrite(NamedTuple):
+    """A state delta queued with a batch of events: ``split_delta``'s parts and the
+    session's new update time (ms)."""
+
+    parts: dict[StateScope, dict[str, str]]
+    at: int
+
+
+def write_state(conn: sqlite3.Connection, session_id: str, state: StateWrite
+                ) -> ScopeConflict | None:
+    """Apply ``state`` to the session's scope (in the caller's transaction); the
+    refusal when the session has no scope."""
+    row = conn.execute("SELECT app_name, user_id FROM scopes WHERE session_id = ?",
+                       (session_id,)).fetchone()
+    if row is None:
+        return ScopeConflict(f"session {session_id!r} has no app and user scope; nothing "
+                             f"written")
+    app, user = row
+    owners = {"app": ("", ""), "user": (user, ""), "session": (user, session_id)}
+    for level, values in state.parts.items():
+        owner_user, sid = owners[level]
+        conn.executemany(_UPSERT, [(level, app, owner_user, sid, key, text)
+                                   for key, text in values.items()])
+    conn.execute("UPDATE scopes SET update_time = ? WHERE session_id = ?",
+                 (state.at, session_id))
+    return None
 
 
 def in_transaction(conn: sqlite3.Connection, begin: str, work: Callable[[], T]) -> T:
@@ -180,6 +209,7 @@ def purge_session(session_id: str, conn: sqlite3.Connection) -> None:
 
 
 __all__ = [
+    "StateWrite",
     "delete_session",
     "deleted",
     "get_state",
@@ -190,4 +220,5 @@ __all__ = [
     "set_scope",
     "update_state",
     "user_state",
+    "write_state",
 ]

@@ -7,8 +7,11 @@ event store (embedded: one SQLite file, no Ray).
   read decodes nothing that was read or written before).
 - State is the store's: ``app:`` keys app-wide, ``user:`` keys per user of the app,
   other keys per session, ``temp:`` keys never stored (ADK's own rules; the base class
-  applies ``temp:`` keys to the in-memory session for the invocation). An event's
-  ``actions.stateDelta`` is also kept verbatim in the log (the event's residual).
+  applies ``temp:`` keys to the in-memory session for the invocation). An event and
+  its ``actions.stateDelta`` are written as one (``store.append_with_state``: in the
+  same transaction, all or nothing); the delta is also kept verbatim in the log (the
+  event's residual). A state value JSON cannot carry exactly (a set, a tuple, bytes)
+  is refused with ``InvalidArgument`` and nothing is appended.
 - ``delete_session`` tombstones the session (the store's deletion): ADK no longer sees
   it, the log and its state stay in the database until ``purge`` (``store.
   purge_session``); ``surfacelog export`` it before deleting when you want a copy.
@@ -236,13 +239,17 @@ class SurfacelogSessionService(BaseSessionService):
             held = await self._opened(session.id)
             spec = map_event(_dump(event), call_seqs=held.call_seqs)
             store = await self._get_store()
+            delta: Mapping[str, Any] = event.actions.state_delta if event.actions else {}
             with held.session.atomic():  # a refused or failed write changes nothing
                 logged = held.session.append_batch([spec])
-                await store.append(session.id, logged, epoch=held.epoch,
-                                   durable=self._durable)
-            delta: Mapping[str, Any] = event.actions.state_delta if event.actions else {}
-            if delta:
-                await store.update_state(session.id, delta, at=int(event.timestamp * 1000))
+                if delta:  # the event and its state delta, all or nothing
+                    await store.append_with_state(session.id, logged, delta,
+                                                  epoch=held.epoch,
+                                                  at=int(event.timestamp * 1000),
+                                                  durable=self._durable)
+                else:
+                    await store.append(session.id, logged, epoch=held.epoch,
+                                       durable=self._durable)
             for call_id in tool_call_ids(spec):
                 held.call_seqs[call_id] = logged[0].seq
             held.events.append(event.model_copy(deep=True))
