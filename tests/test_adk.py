@@ -17,6 +17,9 @@ adk = pytest.importorskip("google.adk", reason="google-adk is not installed "
                           "(pip install surfacelog[adk])")
 
 from google.adk.agents import LlmAgent  # noqa: E402
+from google.adk.apps._configs import EventsCompactionConfig  # noqa: E402
+from google.adk.apps.app import App  # noqa: E402
+from google.adk.apps.llm_event_summarizer import LlmEventSummarizer  # noqa: E402
 from google.adk.errors.already_exists_error import AlreadyExistsError  # noqa: E402
 from google.adk.events.event import Event  # noqa: E402
 from google.adk.events.event_actions import EventActions  # noqa: E402
@@ -35,6 +38,7 @@ from surfacelog.integrations.adk import (  # noqa: E402
     SurfacelogSessionService,
 )
 from surfacelog.integrations.adk.mapping import PART_BLOCK  # noqa: E402
+from surfacelog.schema.events import ReplaceOp  # noqa: E402
 from surfacelog.store.base import SessionDeleted  # noqa: E402
 from surfacelog.store.memory import MemoryEventStore  # noqa: E402
 from surfacelog.store.sqlite import SqliteEventStore  # noqa: E402
@@ -219,6 +223,10 @@ class ScriptedLlm(BaseLlm):
     async def generate_content_async(self, llm_request: LlmRequest, stream: bool = False
                                      ) -> AsyncGenerator[LlmResponse, None]:
         last = llm_request.contents[-1].parts or []
+        if not llm_request.tools_dict:  # ADK's LlmEventSummarizer asks for a summary
+            yield LlmResponse(content=types.Content(role="model", parts=[
+                types.Part(text=f"summary of {len(llm_request.contents)} contents")]))
+            return
         answer = next((p.function_response for p in last if p.function_response), None)
         if answer is not None:
             text = f"{answer.response['city']}: {answer.response['weather']}"
@@ -296,6 +304,52 @@ async def test_runner_end_to_end_with_restart(tmp_path: Path) -> None:
     assert got is not None and ref is not None
     assert _shape(got.events) == _shape(ref.events)
     assert len(got.events) == 8 and got.state == ref.state == {"user:last_city": "Oslo"}
+    await ours.close()
+
+
+def _compacting_runner(svc: BaseSessionService) -> Runner:
+    agent = LlmAgent(name="weather", model=ScriptedLlm(model="scripted"),
+                     instruction="Answer with the weather.", tools=[get_weather])
+    app = App(name=APP, root_agent=agent, events_compaction_config=EventsCompactionConfig(
+        compaction_interval=2, overlap_size=0,
+        summarizer=LlmEventSummarizer(llm=ScriptedLlm(model="summarizer"))))
+    return Runner(app=app, session_service=svc)
+
+
+async def test_runner_compaction_is_a_surface_replace(tmp_path: Path) -> None:
+    """ADK's own compaction (every 2 invocations) through our service, with a restart
+    between turns: the events ADK reads back match ADK's in-memory service; the
+    compaction event replaces what it summarises on the surface, citing it."""
+    path = tmp_path / "compaction.db"
+    reference = InMemorySessionService()
+    await reference.create_session(app_name=APP, user_id=U1, session_id="c")
+    ref_runner = _compacting_runner(reference)
+    ours = SurfacelogSessionService(path=path)
+    await ours.create_session(app_name=APP, user_id=U1, session_id="c")
+    for n, city in enumerate(["Paris", "Oslo", "Rome"]):
+        if n == 2:  # restart
+            await ours.close()
+            ours = SurfacelogSessionService(path=path)
+        assert await _turn(_compacting_runner(ours), "c", city) == [f"{city}: sunny"]
+        assert await _turn(ref_runner, "c", city) == [f"{city}: sunny"]
+    got = await ours.get_session(app_name=APP, user_id=U1, session_id="c")
+    ref = await reference.get_session(app_name=APP, user_id=U1, session_id="c")
+    assert got is not None and ref is not None
+    assert _shape(got.events) == _shape(ref.events)
+    compactions = [e for e in got.events if e.actions.compaction]
+    assert len(compactions) == 1 == len([e for e in ref.events if e.actions.compaction])
+    store = ours.store
+    assert store is not None
+    log = await store.load("c")
+    checkpoint = next(e for e in log.log if e.type == "user/message"
+                      and e.data["source"]["adk"]["event"]["actions"].get("compaction"))
+    assert isinstance(checkpoint.surface_op, ReplaceOp)
+    cited = list(checkpoint.source_event_seqs)
+    assert len(cited) == 8  # two invocations of 4 events each
+    assert checkpoint.data["content"][0]["text"].startswith("summary of")
+    nodes = log.surface.nodes
+    assert checkpoint.seq in nodes and not set(cited) & set(nodes)  # hidden, not gone
+    assert all(log.event(s).type for s in cited)
     await ours.close()
 
 

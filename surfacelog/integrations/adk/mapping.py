@@ -26,6 +26,13 @@ event besides its parts (id, invocationId, author, timestamp, actions with their
 ``adk_event_of`` rebuilds the very object: ``Event.model_validate`` of it equals the
 original event.
 
+An ADK compaction event (``actions.compaction``, which ADK's contents builder shows the
+model in place of the events between its start and end timestamps) becomes a
+``user/message`` (``plugin`` source) that *replaces* those events on the surface and
+cites them (``sourceEventSeqs``), its blocks the summary's parts: the surface is then
+what ADK shows the model, and the log keeps every event. When those events are not one
+run of surface nodes, it is appended like any event.
+
 The adapter writes no turns: its events carry ``turn 0, step 0`` (as the OpenAI Agents
 adapter does), so reopening a session adds no crash-repair results ADK did not write.
 Nothing here imports ADK.
@@ -34,12 +41,12 @@ Nothing here imports ADK.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from surfacelog.schema.codec import decode_json, encode_json
 from surfacelog.schema.errors import SurfacelogError
-from surfacelog.schema.events import Event
+from surfacelog.schema.events import Event, ReplaceOp
 from surfacelog.session import AppendSpec
 
 PROVIDER: Final = "google-adk"
@@ -104,11 +111,25 @@ def _part(block: Mapping[str, Any], names: list[str]) -> Any:
     return block["part"]
 
 
-def map_event(event: Mapping[str, Any], *, call_seqs: Mapping[str, int] | None = None
-              ) -> AppendSpec:
+def compaction_span(event: Mapping[str, Any]) -> tuple[float, float] | None:
+    """``(startTimestamp, endTimestamp)`` of an ADK compaction event, else ``None``."""
+    actions = event.get("actions")
+    compaction = actions.get("compaction") if isinstance(actions, dict) else None
+    if not isinstance(compaction, dict):
+        return None
+    start, end = compaction.get("startTimestamp"), compaction.get("endTimestamp")
+    if isinstance(start, (int, float)) and isinstance(end, (int, float)):
+        return float(start), float(end)
+    return None
+
+
+def map_event(event: Mapping[str, Any], *, call_seqs: Mapping[str, int] | None = None,
+              replace: Sequence[int] = ()) -> AppendSpec:
     """The DSH event storing ``event`` (ADK's camelCase JSON object). ``call_seqs``:
-    the seq of the event holding each tool call id, cited by a ``tool/result``. Raises
-    ``UnmappableEvent``."""
+    the seq of the event holding each tool call id, cited by a ``tool/result``.
+    ``replace``: a run of surface nodes the event replaces (an ADK compaction event: its
+    DSH event replaces the events it summarises on the surface, citing them, and shows
+    the summary's parts as its blocks). Raises ``UnmappableEvent``."""
     if not isinstance(event, Mapping):
         raise UnmappableEvent(f"an ADK event must be a JSON object, got {type(event)}")
     envelope = dict(event)
@@ -130,6 +151,12 @@ def map_event(event: Mapping[str, Any], *, call_seqs: Mapping[str, int] | None =
             residual["content"] = {"role": role} if "role" in content else {}
         else:
             residual["content"] = {"whole": content}
+    elif replace:
+        # No content: the blocks show the summary (a view only; the residual has no
+        # "content", so the event is rebuilt without one).
+        summary = envelope["actions"]["compaction"].get("compactedContent")
+        parts = summary.get("parts") if isinstance(summary, dict) else None
+        blocks = [_block(p) for p in parts] if isinstance(parts, list) else []
     author = envelope.get("author")
     message_id = "adk-" + str(envelope.get("id") or uuid.uuid4().hex)
     if len(blocks) == 1 and blocks[0]["type"] == "tool-result":
@@ -142,6 +169,12 @@ def map_event(event: Mapping[str, Any], *, call_seqs: Mapping[str, int] | None =
         if cited is None:
             return AppendSpec("tool/result", data, surface_op="append")
         return AppendSpec("tool/result", data, surface_op="append", source_event_seqs=[cited])
+    if replace:
+        checkpoint = {"kind": "plugin", "plugin": PROVIDER, RESIDUAL: residual}
+        return AppendSpec("user/message", {"id": message_id, "role": "user",
+                                           "source": checkpoint, "content": blocks},
+                          surface_op=ReplaceOp(start=replace[0], end=replace[-1]),
+                          source_event_seqs=list(replace))
     if author == "user" or role == "user":
         source: dict[str, Any] = ({"kind": "user"} if author == "user"
                                   else {"kind": "plugin", "plugin": PROVIDER})
@@ -200,4 +233,4 @@ def tool_call_ids(spec: AppendSpec) -> list[str]:
 
 
 __all__ = ["PART_BLOCK", "PROVIDER", "RESIDUAL", "UnmappableEvent", "adk_event_of",
-           "map_event", "tool_call_ids"]
+           "compaction_span", "map_event", "tool_call_ids"]

@@ -12,6 +12,10 @@ event store (embedded: one SQLite file, no Ray).
   same transaction, all or nothing); the delta is also kept verbatim in the log (the
   event's residual). A state value JSON cannot carry exactly (a set, a tuple, bytes)
   is refused with ``InvalidArgument`` and nothing is appended.
+- An ADK compaction event (``App(events_compaction_config=...)``) replaces the events
+  it summarises on the session's *surface* and cites them (``mapping``): the surface
+  is what ADK shows the model; ``get_session`` still returns every event, as ADK
+  expects, and the log keeps them.
 - ``delete_session`` tombstones the session (the store's deletion): ADK no longer sees
   it, the log and its state stay in the database until ``purge`` (``store.
   purge_session``); ``surfacelog export`` it before deleting when you want a copy.
@@ -49,7 +53,7 @@ from surfacelog.session import Session, now_ms
 from surfacelog.store.base import EventStore, ScopeConflict, SessionExists, SessionNotFound
 from surfacelog.store.scoped import ScopedSession
 
-from .mapping import adk_event_of, map_event, tool_call_ids
+from .mapping import adk_event_of, compaction_span, map_event, tool_call_ids
 
 PAGE: Final = 500
 """Sessions per page of the store's scoped listing read by ``list_sessions``."""
@@ -72,6 +76,27 @@ class _Open:
     epoch: int
     events: list[AdkEvent] = field(default_factory=list)
     call_seqs: dict[str, int] = field(default_factory=dict)
+    spans: dict[int, tuple[float, float]] = field(default_factory=dict)
+    """The time span of each of the adapter's events: its timestamp, or a compaction's
+    start and end."""
+
+    def note(self, seq: int, dumped: dict[str, Any]) -> None:
+        span = compaction_span(dumped)
+        stamp = dumped.get("timestamp")
+        if span is not None:
+            self.spans[seq] = span
+        elif isinstance(stamp, (int, float)):
+            self.spans[seq] = (float(stamp), float(stamp))
+
+    def compacted(self, span: tuple[float, float]) -> list[int]:
+        """The surface nodes inside ``span`` when they are one run of the surface,
+        else ``[]``."""
+        nodes = self.session.surface.nodes
+        inside = [i for i, n in enumerate(nodes) if n in self.spans
+                  and span[0] <= self.spans[n][0] and self.spans[n][1] <= span[1]]
+        if not inside or inside[-1] - inside[0] != len(inside) - 1:
+            return []
+        return [nodes[i] for i in inside]
 
 
 def _dump(event: AdkEvent) -> dict[str, Any]:
@@ -131,6 +156,7 @@ class SurfacelogSessionService(BaseSessionService):
                 continue
             adk_event = AdkEvent.model_validate(dumped)
             held.events.append(adk_event)
+            held.note(event.seq, dumped)
             if event.type == "assistant/message":
                 for block in event.data["message"]["content"]:
                     if block.get("type") == "tool-call":
@@ -237,7 +263,10 @@ class SurfacelogSessionService(BaseSessionService):
             self._apply_temp_state(session, event)
             event = self._trim_temp_delta_state(event)
             held = await self._opened(session.id)
-            spec = map_event(_dump(event), call_seqs=held.call_seqs)
+            dumped = _dump(event)
+            span = compaction_span(dumped)
+            spec = map_event(dumped, call_seqs=held.call_seqs,
+                             replace=held.compacted(span) if span is not None else ())
             store = await self._get_store()
             delta: Mapping[str, Any] = event.actions.state_delta if event.actions else {}
             with held.session.atomic():  # a refused or failed write changes nothing
@@ -252,6 +281,7 @@ class SurfacelogSessionService(BaseSessionService):
                                        durable=self._durable)
             for call_id in tool_call_ids(spec):
                 held.call_seqs[call_id] = logged[0].seq
+            held.note(logged[0].seq, dumped)
             held.events.append(event.model_copy(deep=True))
             session.last_update_time = event.timestamp
             return self._commit_event_to_session(session, event)
