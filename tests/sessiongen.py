@@ -14,8 +14,10 @@ from surfacelog.session import Session
 
 
 def header(session_id: str, created_at: int = 1_700_000_000_000) -> SessionHeader:
-    """A minimal valid header."""
-    return SessionHeader(version=SESSION_FORMAT_VERSION, id=session_id, created_at=created_at)
+    """A minimal valid header, as DSH writes it (``delegationDepth`` 0: every backend,
+    a DSH sessions root included, gives it back unchanged)."""
+    return SessionHeader(version=SESSION_FORMAT_VERSION, id=session_id, created_at=created_at,
+                         delegation_depth=0)
 
 
 class Clock:

@@ -129,7 +129,8 @@ def test_a_full_disk_leaves_no_partial_output(tmp_path: Path) -> None:
 
 
 def _big_log(path: Path, events: int, text: int, fill: bytes = b"y") -> Path:
-    lines = [b'{"type":"session","version":0,"id":"%s","createdAt":1}' % path.stem.encode()]
+    lines = [(b'{"type":"session","version":0,"id":"%s","createdAt":1,'
+              b'"delegationDepth":0}' % path.stem.encode())]
     lines += [b'{"type":"x/note","seq":%d,"time":1,"data":{"t":"%s"},"ignorable":true}'
               % (k, fill * text) for k in range(events)]
     path.write_bytes(b"\n".join(lines) + b"\n")
@@ -275,7 +276,7 @@ HOSTILE = ["[/x]", "[bold red]PWN[/bold red]", "clear\x1b[2Jscreen", "bidi\u202e
 
 def _log_with_id(tmp_path: Path, session_id: str, name: str) -> Path:
     header = msgspec.json.encode({"type": "session", "version": 0, "id": session_id,
-                                  "createdAt": 1})
+                                  "createdAt": 1, "delegationDepth": 0})
     path = tmp_path / name
     text = "hi [bold]x[/bold] \x1b[31mred\x1b[0m"
     user = {"type": "user/message", "seq": 0, "time": 1, "surfaceOp": "append",

@@ -33,7 +33,8 @@ def test_import_export_round_trip(tmp_path: Path, runner: CliRunner) -> None:
         header_line, rest = out.stdout_bytes.split(b"\n", 1)
         assert msgspec.json.decode(header_line) == {
             "type": "session", "version": 0, "id": path.stem,
-            "createdAt": read_log(path).events[0].time}
+            "createdAt": read_log(path).events[0].time,
+            "delegationDepth": 0}  # DSH requires it: always written
         assert rest == path.read_bytes()
     # An exported file (with its header line) imports again into another store.
     target = tmp_path / "out.jsonl"

@@ -56,9 +56,9 @@ from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
 from surfacelog.session.context import DEFAULT_PLUGIN, context_message
 from surfacelog.session.fork import SESSION_ALREADY_EXISTS, ForkError
 from surfacelog.session.pressure import ContextPressure
+from surfacelog.store.backends import store_backend
 from surfacelog.store.base import CommitFailed, SessionExists, SessionInfo, StoreError
 from surfacelog.store.shards import Shard, ShardMap
-from surfacelog.store.sqlite import sqlite_backend
 
 RETRY_FOR_S = 30.0
 """How long a handle keeps resending an idempotent request whose actor died or is
@@ -381,7 +381,7 @@ def start_writer(config: HostingConfig, shard: Shard) -> Any:
         name=journal_name(shard.path), namespace=NAMESPACE, get_if_exists=True,
         lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,
         max_concurrency=_MAX_CONCURRENCY, resources=shard.pin,
-    ).remote(sqlite_backend(shard.path, **config.store_options))
+    ).remote(store_backend(shard.path, **config.store_options))
 
 
 def connect(address: str | None = None, db: str = "surfacelog.db", *,

@@ -43,9 +43,9 @@ from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
 from surfacelog.session.pressure import ContextPressure
+from surfacelog.store.backends import store_backend
 from surfacelog.store.base import EventStore, SessionInfo, WriterFenced
 from surfacelog.store.rows import encode_batch
-from surfacelog.store.sqlite import sqlite_backend
 
 T = TypeVar("T")
 
@@ -72,7 +72,7 @@ class SessionActor:
         if config.writer == "owner":
             # This actor is the shard's one writer: the journal's code runs in-process,
             # and an append commits without a second Ray call.
-            self._owner = JournalActor(sqlite_backend(path, **config.store_options))
+            self._owner = JournalActor(store_backend(path, **config.store_options))
         else:
             journal = ray.get_actor(journal_name(path), namespace=NAMESPACE)
             self._store = JournalStore(journal)

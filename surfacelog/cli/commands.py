@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import signal
+import sqlite3
 import sys
 from inspect import Parameter, Signature
 from pathlib import Path
-from typing import Annotated, Any, get_type_hints
+from typing import Annotated, Any, Literal, get_type_hints
 
 import msgspec
 import typer
@@ -35,6 +36,14 @@ from surfacelog.store import (
     import_log,
     verify_store,
 )
+from surfacelog.store.dsh_sources import (
+    DshSourceError,
+    is_dsh_database,
+    read_database,
+    session_files,
+)
+from surfacelog.store.errors import SessionExists
+from surfacelog.store.jsonl import prepare_import
 from surfacelog.store.sharded import ShardedStores
 from surfacelog.store.shards import ShardConfigError, ShardMap, load_shard_map
 from surfacelog.store.verify import verify_shards
@@ -64,6 +73,8 @@ def _read(path: Path, legacy: bool, max_line_bytes: int = MAX_LINE_BYTES) -> Log
     except LogError as exc:
         if exc.rule == "json":
             raise _Unreadable(f"{path} is not JSONL: {exc}") from exc
+        if exc.rule == "zstd":
+            raise _Unreadable(f"{path} is not a readable zstd session file: {exc}") from exc
         raise
     if legacy:
         return LogFile(log.header, upgrade_legacy(log.events))
@@ -276,8 +287,18 @@ def export(db: DbArg = None,
            shards: ShardsOpt = None,
            force: Annotated[bool, typer.Option(
                "--force", help="replace an existing output file (never a database)")
+           ] = False,
+           fmt: Annotated[Literal["jsonl", "dsh"], typer.Option(
+               "--format", help="jsonl: one event per line; dsh: as DSH's JSONL backend "
+                                "writes it (packed chunk rows)")] = "jsonl",
+           zstd: Annotated[bool, typer.Option(
+               "--zstd", help="with --format dsh: zstd frames (DSH's session.jsonl.zstd)")
            ] = False) -> None:
-    """Write a stored session as DSH JSONL: its header line, then one event per line.
+    """Write a stored session as DSH JSONL: its header line (``delegationDepth``
+    always present), then one event per line. ``--format dsh`` writes what DSH's own
+    JSONL backend writes: chunk runs as packed rows (runs of 3..1024, at most 1 MiB of
+    data per row), and with ``--zstd`` one zstd frame for the header and one per batch
+    of events (DSH's default ``session.jsonl.zstd``).
     With ``--shards FILE`` (then ``export --shards FILE SESSION``): from the shard that
     holds it, found among its candidate shards. The store is opened read-only.
 
@@ -296,6 +317,8 @@ def export(db: DbArg = None,
     shard_map = _either("export", db, shards)
     if session is None:
         raise _usage("export", "missing argument SESSION")
+    if zstd and fmt != "dsh":
+        raise _usage("export", "--zstd needs --format dsh")
     session_id = session
     databases = ([db] if db is not None else
                  [s.path for s in shard_map.shards] if shard_map is not None else [])
@@ -304,13 +327,13 @@ def export(db: DbArg = None,
     async def run_one(db_path: Path) -> bytes:
         store = await _open_store(db_path, read_only=True)
         try:
-            return await export_session(store, session_id)
+            return await export_session(store, session_id, fmt=fmt, zstd=zstd)
         finally:
             await store.close()
 
     async def run_sharded(stores: ShardedStores) -> bytes:
         async with stores:
-            _, content = await stores.export_session(session_id)
+            _, content = await stores.export_session(session_id, fmt=fmt, zstd=zstd)
             return content
 
     try:
@@ -331,7 +354,15 @@ def import_(db: DbArg = None,
             legacy: LegacyOpt = False, shards: ShardsOpt = None,
             max_line_bytes: MaxLineOpt = MAX_LINE_BYTES) -> None:
     """Store each JSONL log as a new session (its header line's id, else the file name
-    without extension), after validating it through the core. With ``--shards FILE``
+    without extension), after validating it through the core. Every DSH encoding is
+    read (plain or zstd frames, packed chunk rows; a torn tail is dropped and said).
+
+    A directory is a DSH sessions root (``<root>/--<cwd>--/<id>/session.jsonl[.zstd]``,
+    ``_no-cwd/``) and a SQLite file with DSH's application id a DSH session database
+    (schema version 17 only): every session of it is imported with its header, and
+    reported on its own line: imported, already stored (the same events are stored
+    under its id, so running the import again resumes it) or refused with the rule.
+    With ``--shards FILE``
     (then ``import --shards FILE FILE...``): each session goes to its home shard (its
     file created when missing), after checking that no other candidate shard holds the
     id; nothing is ever created on another shard.
@@ -341,14 +372,15 @@ def import_(db: DbArg = None,
     is written later (a failed commit, e.g. on a full disk, is not retried with the
     next file), so importing it again later stores it.
 
-    Exit 0 when every file was imported, 1 when a log is invalid or its session already
-    exists (or, with ``--shards``, a shard file cannot be opened), 2 when a file cannot
+    Exit 0 when every file was imported (for a root or DSH database: imported or
+    already stored), 1 when a log is invalid or its session already exists (or, with
+    ``--shards``, a shard file cannot be opened), 2 when a file cannot
     be read or is not JSONL or the store cannot be opened, on a usage error or a bad
     shard configuration.
     """
     paths = list(files or [])
     if shards is not None and db is not None:
-        if _is_sqlite(Path(db)):
+        if _is_sqlite(Path(db)) and not is_dsh_database(Path(db)):
             raise _usage("import", "give either DB or --shards FILE, not both")
         paths.insert(0, Path(db))
         db = None
@@ -356,14 +388,92 @@ def import_(db: DbArg = None,
     if not paths:
         raise _usage("import", "missing argument FILE...")
 
-    async def store_one(path: Path, store: SqliteEventStore | ShardedStores) -> str:
-        log = _read(path, legacy, max_line_bytes)
+    async def store_log(label: str, log: LogFile, path: Path,
+                        store: SqliteEventStore | ShardedStores) -> str:
+        torn = f"; {log.torn}" if log.torn else ""
         if isinstance(store, ShardedStores):
             shard, header = await store.import_log(log, path)
-            return (f"{path}: imported as session {header.id} on shard {shard.name} "
-                    f"({len(log.events)} events)")
+            return (f"{label}: imported as session {header.id} on shard {shard.name} "
+                    f"({len(log.events)} events{torn})")
         header = await import_log(store, log, path)
-        return f"{path}: imported as session {header.id} ({len(log.events)} events)"
+        return f"{label}: imported as session {header.id} ({len(log.events)} events{torn})"
+
+    async def stored_events(store: SqliteEventStore | ShardedStores,
+                            session_id: str) -> list[Any]:
+        if isinstance(store, ShardedStores):
+            return await (await store.store(await store.find(session_id))).read_since(
+                session_id, 0)
+        return await store.read_since(session_id, 0)
+
+    async def store_resumable(label: str, log: LogFile, path: Path,
+                              store: SqliteEventStore | ShardedStores) -> tuple[str, int]:
+        """One session of a DSH root or database: imported, already stored (the same
+        events under its id: a resumed import), or refused with the rule."""
+        try:
+            return await store_log(label, log, path, store), 0
+        except SessionExists as exc:
+            header, events = prepare_import(log, path)
+            if await stored_events(store, header.id) == events:
+                return (f"{label}: already stored as session {header.id} "
+                        f"({len(events)} events)"), 0
+            return (f"{label}: refused (exists): {exc}, with other events "
+                    f"than this file's"), 1
+        except LogError as exc:
+            return f"{label}: refused ({exc.rule}): {exc}", 1
+
+    async def import_root(root: Path, store: SqliteEventStore | ShardedStores) -> int:
+        try:
+            found = session_files(root)
+        except OSError as exc:
+            echo(f"cannot read {root}: {exc.strerror or exc}", err=True)
+            return 2
+        except DshSourceError as exc:
+            echo(exc, err=True)
+            return 2
+        status = 0
+        for path in found:
+            try:
+                log = _read(path, False, max_line_bytes)
+            except _Unreadable as exc:
+                echo(f"{path}: refused (unreadable): {exc}", err=True)
+                status = max(status, 1)
+                continue
+            except LogError as exc:
+                echo(f"{path}: refused ({exc.rule}): {exc}", err=True)
+                status = max(status, 1)
+                continue
+            line, failed = await store_resumable(str(path), log, path, store)
+            echo(line, err=bool(failed))
+            status = max(status, failed)
+        echo(f"{root}: {len(found)} DSH session file(s)")
+        return status
+
+    async def import_database(path: Path, store: SqliteEventStore | ShardedStores) -> int:
+        status = 0
+        count = 0
+        try:
+            for found in read_database(path):
+                count += 1
+                label = f"{path} session {found.session_id}"
+                if found.log is None:
+                    echo(f"{label}: refused (row): {found.error}", err=True)
+                    status = max(status, 1)
+                    continue
+                line, failed = await store_resumable(label, found.log, path, store)
+                echo(line, err=bool(failed))
+                status = max(status, failed)
+        except DshSourceError as exc:
+            echo(exc, err=True)
+            return 2
+        except sqlite3.Error as exc:
+            echo(f"cannot read DSH database {path}: {exc}", err=True)
+            return 2
+        echo(f"{path}: {count} DSH session(s)")
+        return status
+
+    async def store_one(path: Path, store: SqliteEventStore | ShardedStores) -> str:
+        log = _read(path, legacy, max_line_bytes)
+        return await store_log(str(path), log, path, store)
 
     async def run() -> int:
         status = 0
@@ -375,6 +485,12 @@ def import_(db: DbArg = None,
             store = ShardedStores(shard_map, read_only=False, keep_failed=False)
         try:
             for path in paths:
+                if path.is_dir():
+                    status = max(status, await import_root(path, store))
+                    continue
+                if is_dsh_database(path):
+                    status = max(status, await import_database(path, store))
+                    continue
                 try:
                     done = await store_one(path, store)
                 except _Unreadable as exc:

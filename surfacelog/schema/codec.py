@@ -22,6 +22,13 @@ from typing import Any, BinaryIO, Final
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
+from surfacelog.schema.dsh import (
+    ZSTD_MAGIC,
+    ReadNotes,
+    expand_packed_row,
+    is_packed_row,
+    zstd_lines,
+)
 from surfacelog.schema.errors import DecodeError, InvalidArgument, LineTooLong
 from surfacelog.schema.events import Event, surface_op_from_json
 from surfacelog.schema.header import SessionHeader, header_from_json, header_to_json
@@ -137,10 +144,14 @@ def decode_json(data: bytes | str) -> Any:
 
 
 class LogFile(Struct, frozen=True):
-    """A JSONL session log: the optional DSH header line and the events in file order."""
+    """A JSONL session log: the optional DSH header line and the events in file order
+    (packed chunk rows expanded). ``torn`` says what torn tail the reader dropped
+    (``None``: none); ``packed_rows`` counts the packed rows expanded."""
 
     header: SessionHeader | None
     events: list[Event]
+    torn: str | None = None
+    packed_rows: int = 0
 
 
 def _is_header_line(line: bytes) -> bool:
@@ -153,17 +164,21 @@ def _is_header_line(line: bytes) -> bool:
     return isinstance(value, dict) and value.get("type") == "session"
 
 
-def _slow_line(line: bytes, n: int) -> Event:
+def _slow_line(line: bytes, where: str) -> Event:
     """One event line the strict decoder refused (or holding ``-0``)."""
-    return decode_event(line, f"line {n}")
+    return decode_event(line, where)
 
 
-def _decode_lines(numbered: Iterable[tuple[int, bytes]]) -> LogFile:
+def decode_records(numbered: Iterable[tuple[int, bytes]], notes: ReadNotes | None = None,
+                   *, unit: str = "line") -> LogFile:
     """Decode physical lines (line numbers count blank lines, so that an error names
     the line an editor shows): an optional header line, then one event per non-blank
     line. Each line is decoded on its own: decoding the lines joined into one JSON
     array would accept an event split over two lines, which is not JSONL. A line with
-    more opening brackets than ``MAX_NESTING`` has its data's depth checked."""
+    more opening brackets than ``MAX_NESTING`` has its data's depth checked. A DSH
+    packed chunk row stands for the events it expands to (``dsh.expand_packed_row``).
+    ``unit`` is how errors name a record (``line 5``; a database reader says ``seq``)."""
+    notes = ReadNotes() if notes is None else notes
     header: SessionHeader | None = None
     events: list[Event] = []
     append = events.append
@@ -177,33 +192,44 @@ def _decode_lines(numbered: Iterable[tuple[int, bytes]]) -> LogFile:
             if first:
                 first = False
                 if _is_header_line(line):
-                    header = header_from_json(JSON_DECODER.decode(line))
+                    try:
+                        header = header_from_json(JSON_DECODER.decode(line), dsh_line=True)
+                    except DecodeError as exc:
+                        raise exc.with_prefix(f"{unit} {n}: ") from exc
                     continue
             if b"-0" not in line:
                 try:
                     event = decode(line)
                 except msgspec.DecodeError:
-                    event = _slow_line(line, n)
+                    if is_packed_row(line):
+                        events.extend(expand_packed_row(line, f"{unit} {n}"))
+                        notes.packed_rows += 1
+                        continue
+                    event = _slow_line(line, f"{unit} {n}")
+            elif is_packed_row(line):
+                events.extend(expand_packed_row(line, f"{unit} {n}"))
+                notes.packed_rows += 1
+                continue
             else:
-                event = _slow_line(line, n)
+                event = _slow_line(line, f"{unit} {n}")
             if line.count(b"[") + line.count(b"{") > MAX_NESTING and \
                     nesting_depth(event.data) > MAX_NESTING:
-                raise nesting_error(event.type, event.seq, prefix=f"line {n}: ")
+                raise nesting_error(event.type, event.seq, prefix=f"{unit} {n}: ")
             append(event)
     except RecursionError as exc:  # msgspec's own limit, far past ours
-        raise nesting_error(None, None, prefix=f"line {n}: ") from exc
-    return LogFile(header, events)
+        raise nesting_error(None, None, prefix=f"{unit} {n}: ") from exc
+    return LogFile(header, events, notes.torn, notes.packed_rows)
 
 
 def decode_log(content: bytes) -> LogFile:
     """Decode JSONL: an optional header line, then one event per line; blank lines are
     skipped. Raises ``DecodeError`` naming the line number of the first bad line
     (``NestingError`` for data nested deeper than ``MAX_NESTING``)."""
-    return _decode_lines(enumerate(content.splitlines(), 1))
+    return decode_records(enumerate(content.splitlines(), 1))
 
 
-def _file_lines(handle: BinaryIO, path: str | Path,
-                max_line_bytes: int) -> Iterator[tuple[int, bytes]]:
+def _file_lines(handle: BinaryIO, path: str | Path, max_line_bytes: int,
+                notes: ReadNotes) -> Iterator[tuple[int, bytes]]:
     n = 0
     while True:
         line = handle.readline(max_line_bytes + 2)  # the line and \r\n at most
@@ -214,6 +240,11 @@ def _file_lines(handle: BinaryIO, path: str | Path,
         if len(body) > max_line_bytes:
             raise LineTooLong("line-length", f"{path}: line {n} is longer than "
                               f"{max_line_bytes} bytes (the line limit)")
+        if n > 1 and not line.endswith(b"\n") and body.startswith(b"{") \
+                and not _parses(body):
+            notes.torn = (f"torn tail: line {n}, the last, is a partial line "
+                          f"({len(body)} bytes, no newline); dropped")
+            return
         if b"\r" in body:  # splitlines() also splits at a lone \r, as decode_log does
             parts = body.splitlines()
             for k, part in enumerate(parts):
@@ -223,16 +254,41 @@ def _file_lines(handle: BinaryIO, path: str | Path,
             yield n, body
 
 
+def _parses(line: bytes) -> bool:
+    try:
+        JSON_DECODER.decode(line)
+    except msgspec.DecodeError:
+        return False
+    return True
+
+
 def read_log(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> LogFile:
-    """Read a JSONL session log file, streamed one line at a time: memory holds one line
-    (at most ``max_line_bytes`` bytes, newline excluded) besides the decoded events.
+    """Read a session log file, streamed: memory holds one line (at most
+    ``max_line_bytes`` bytes, newline excluded) — one zstd frame's lines for a zstd
+    file — besides the decoded events.
+
+    Every DSH JSONL encoding is read: plain lines, or (a file starting with the zstd
+    magic) a concatenation of zstd frames (``dsh.zstd_lines``); packed chunk rows are
+    expanded. Torn tails are dropped as DSH drops them and said in ``LogFile.torn``: an
+    incomplete final zstd frame's partial line, or a plain file's final fragment with no
+    newline that starts like a JSON object but does not parse (when it is not the only
+    line: a file of one bad line is not JSONL). A bad line anywhere else is an error.
+
     Raises ``OSError``, ``DecodeError`` (``LineTooLong`` naming the file and line for a
-    longer line, after reading no more of it than the limit; ``NestingError``),
-    ``InvalidArgument`` for a limit below 1."""
+    longer line, after reading no more of it than the limit; ``NestingError``; rule
+    ``zstd`` naming the file, frame and byte offset of a corrupt frame; rule
+    ``packed-row`` naming the line of a malformed packed row), ``InvalidArgument`` for
+    a limit below 1."""
     if max_line_bytes < 1:
         raise InvalidArgument(f"max_line_bytes must be >= 1, got {max_line_bytes}")
+    notes = ReadNotes()
     with Path(path).open("rb") as handle:
-        return _decode_lines(_file_lines(handle, path, max_line_bytes))
+        if handle.peek(len(ZSTD_MAGIC))[:len(ZSTD_MAGIC)] == ZSTD_MAGIC:
+            try:
+                return decode_records(zstd_lines(handle, max_line_bytes, notes), notes)
+            except DecodeError as exc:
+                raise exc.with_prefix(f"{path}: ") from exc
+        return decode_records(_file_lines(handle, path, max_line_bytes, notes), notes)
 
 
 def encode_log(header: SessionHeader | None, events: Iterable[Event]) -> bytes:

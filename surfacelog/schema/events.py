@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal, NewType
+from typing import Any, Final, Literal, NewType, get_args
 
 from msgspec import UNSET, Struct, UnsetType
 
@@ -96,10 +96,7 @@ SurfaceType = Literal["user/message", "context/message", "assistant/message",
                       "tool/result"]
 """The four surface-eligible types: an append of one must carry ``surface_op``."""
 
-LogOnlyType = Literal[
-    "turn/start", "turn/end", "step/start", "step/end", "assistant/chunk", "tool/call",
-    "session/end-seed", "todo/write", "request/header", "request/context",
-    "compaction/start", "compaction/summary", "compaction/end", "compaction/prune",
+DshLogOnlyType = Literal[
     "agent-preset/selected", "agent/inbox/spliced", "approval/asked", "approval/decided",
     "approval/policy", "command/done", "command/run", "feedback/record", "goal/change",
     "hook/invoked", "hook/result", "llm/retry", "llm/retry-started", "permission/preset",
@@ -109,6 +106,14 @@ LogOnlyType = Literal[
     "tool-workflow/agent-end", "tool-workflow/agent-start", "tool-workflow/run-end",
     "tool-workflow/run-start", "tool/code-dispatch", "tool/code-dispatch-start",
     "web/deepseek-search-llm-request"]
+"""DSH's plugin vocabulary: log-only, opaque JSON payloads (SPEC section 2)."""
+
+CoreLogOnlyType = Literal[
+    "turn/start", "turn/end", "step/start", "step/end", "assistant/chunk", "tool/call",
+    "session/end-seed", "todo/write", "request/header", "request/context",
+    "compaction/start", "compaction/summary", "compaction/end", "compaction/prune"]
+
+LogOnlyType = Literal[CoreLogOnlyType, DshLogOnlyType]
 """The core's and DSH's log-only types: an append of one carries no surface marker."""
 
 ExtensionType = NewType("ExtensionType", str)
@@ -140,18 +145,7 @@ _CORE: dict[str, type[Struct] | None] = {
     "tool/result": p.ToolResult,
 }
 
-# DSH plugin vocabulary: log-only, opaque JSON payloads (SPEC section 2).
-DSH_LOG_ONLY_TYPES: Final = (
-    "agent-preset/selected", "agent/inbox/spliced", "approval/asked", "approval/decided",
-    "approval/policy", "command/done", "command/run", "feedback/record", "goal/change",
-    "hook/invoked", "hook/result", "llm/retry", "llm/retry-started", "permission/preset",
-    "plan/mode", "sandbox/mode", "schedule/change", "session/title",
-    "session/title-llm-request", "subagent/descriptor", "team/member",
-    "team/message/delivered", "team/message/queued", "team/task",
-    "tool-workflow/agent-end", "tool-workflow/agent-start", "tool-workflow/run-end",
-    "tool-workflow/run-start", "tool/code-dispatch", "tool/code-dispatch-start",
-    "web/deepseek-search-llm-request",
-)
+DSH_LOG_ONLY_TYPES: Final[tuple[str, ...]] = get_args(DshLogOnlyType)
 
 EVENT_TYPES: dict[str, EventTypeSpec] = {
     name: EventTypeSpec(name, payload, name in SURFACE_ELIGIBLE_TYPES)

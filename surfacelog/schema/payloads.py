@@ -181,7 +181,7 @@ class RequestHeader(_Payload):
 class RequestContext(_Payload):
     provider: str
     model: str
-    context_window: SafeInt
+    context_window: SafeInt | UnsetType = UNSET  # optional in DSH, which writes it absent
 
 
 # -- compaction trace ------------------------------------------------------------------

@@ -4,19 +4,34 @@ line ``{"type":"session",...}`` then one event per line."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from surfacelog.schema.codec import LogFile, encode_log
+from surfacelog.schema.dsh import encode_dsh
+from surfacelog.schema.errors import InvalidArgument
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
 from surfacelog.session import now_ms, replay, upgrade_legacy
 from surfacelog.store.base import EventStore
 
+ExportFormat = Literal["jsonl", "dsh"]
 
-async def export_session(store: EventStore, session_id: str) -> bytes:
-    """The committed log of ``session_id`` as JSONL: its header line, then its events
-    exactly as stored. Raises ``SessionNotFound``, ``CorruptStore``."""
+
+async def export_session(store: EventStore, session_id: str, *,
+                         fmt: ExportFormat = "jsonl", zstd: bool = False) -> bytes:
+    """The committed log of ``session_id`` as JSONL: its header line (every key kept,
+    ``delegationDepth`` always present), then its events exactly as stored.
+
+    ``fmt="dsh"`` writes what DSH's JSONL backend writes: packed chunk rows where DSH
+    would pack them (``schema.dsh.pack_records``), and with ``zstd`` one zstd frame for
+    the header and one per batch of 1024 events. Raises ``SessionNotFound``,
+    ``CorruptStore``, ``InvalidArgument`` (``zstd`` without ``fmt="dsh"``)."""
+    if zstd and fmt != "dsh":
+        raise InvalidArgument("zstd framing is DSH's format: give fmt='dsh' with zstd")
     header = await store.header(session_id)
     events = await store.read_since(session_id, 0)
+    if fmt == "dsh":
+        return encode_dsh(header, events, zstd=zstd)
     return encode_log(header, events)
 
 

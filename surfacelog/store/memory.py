@@ -69,6 +69,10 @@ def _stored_row(session_id: str, start: int, row: Row) -> StoredRow:
     return (seq, etype, time, data, seqs, op, ignorable)
 
 
+stored_row = _stored_row
+"""``_stored_row`` for other backends that check rows as SQLite's STRICT tables do."""
+
+
 class MemoryEventStore(EventStore):
     """Session rows in memory (see the module's docstring). Every write is applied at
     once; a non-durable batch's failure is kept for ``flush``/``flush_session``, as the

@@ -22,7 +22,7 @@ from surfacelog.schema.errors import InvalidArgument
 from surfacelog.schema.header import SessionHeader
 from surfacelog.store.base import EventStore, SessionInfo
 from surfacelog.store.errors import SessionExists, SessionNotFound, StoreError
-from surfacelog.store.jsonl import export_session, prepare_import
+from surfacelog.store.jsonl import ExportFormat, export_session, prepare_import
 from surfacelog.store.shards import Shard, ShardMap
 from surfacelog.store.sqlite import SqliteEventStore
 
@@ -215,12 +215,14 @@ class ShardedStores:
         ``ShardFileError``, ``StoreError``."""
         return misplaced(self.map, await self.list_sessions())
 
-    async def export_session(self, session_id: str) -> tuple[Shard, bytes]:
-        """``export_session`` from the shard that holds ``session_id`` (see ``find``),
-        and that shard. Raises ``SessionNotFound``, ``CorruptStore``,
-        ``ShardFileError``, ``StoreError``."""
+    async def export_session(self, session_id: str, *, fmt: ExportFormat = "jsonl",
+                             zstd: bool = False) -> tuple[Shard, bytes]:
+        """``export_session`` (``fmt``, ``zstd`` as there) from the shard that holds
+        ``session_id`` (see ``find``), and that shard. Raises ``SessionNotFound``,
+        ``CorruptStore``, ``ShardFileError``, ``StoreError``."""
         shard = await self.find(session_id)
-        return shard, await export_session(await self.store(shard), session_id)
+        return shard, await export_session(await self.store(shard), session_id, fmt=fmt,
+                                           zstd=zstd)
 
     async def import_log(self, log: LogFile, source: Path, *,
                          legacy: bool = False) -> tuple[Shard, SessionHeader]:
