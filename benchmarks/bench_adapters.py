@@ -12,11 +12,17 @@ the same process, against files in one temporary directory, on:
 
 The three run interleaved, item by item, so that a busy machine slows them alike.
 
+Google ADK: the same workload as an ADK user's (``--items`` events appended one at a
+time with ``append_event``, a full ``get_session`` every 100), on ADK's own
+``SqliteSessionService`` (``sdk``) and ``SurfacelogSessionService`` over the embedded
+store, durable and buffered, interleaved the same way.
+
 Printed: the mean time of one add, and of a full read at ``--items`` items (the median
 of ``--reads`` reads), for each, and each as a ratio of the SDK's (targets: add <= 0.5x,
 read <= 0.2x). ``--json`` prints them as JSON.
 
     python benchmarks/bench_adapters.py [--items 2000] [--every 100] [--reads 5] [--json]
+        [--only openai|adk]
 """
 
 from __future__ import annotations
@@ -127,6 +133,75 @@ async def bench_openai(n: int, every: int, reads: int, root: Path) -> dict[str, 
         await buffered.close()
 
 
+def adk_events(n: int) -> list[Any]:
+    """``n`` ADK events of a tool-using conversation: per turn the user's message, the
+    model's function call, the tool's response (with a state delta) and the answer."""
+    from google.adk.events.event import Event
+    from google.adk.events.event_actions import EventActions
+    from google.genai import types
+
+    out: list[Any] = []
+    turn = 0
+    base = time.time()
+    while len(out) < n:
+        turn += 1
+        call = types.FunctionCall(id=f"adk-call-{turn}", name="add",
+                                  args={"a": turn, "b": turn})
+        answer = types.FunctionResponse(id=f"adk-call-{turn}", name="add",
+                                        response={"result": 2 * turn})
+        contents = [
+            ("user", types.Content(role="user", parts=[
+                types.Part(text=f"question {turn}: what is {turn} plus {turn}?")]), {}),
+            ("agent", types.Content(role="model", parts=[types.Part(function_call=call)]), {}),
+            ("agent", types.Content(role="user", parts=[types.Part(function_response=answer)]),
+             {"last_sum": 2 * turn, "user:sums": turn}),
+            ("agent", types.Content(role="model", parts=[
+                types.Part(text=f"{turn} plus {turn} is {2 * turn}. " * 4)]), {}),
+        ]
+        for author, content, delta in contents:
+            out.append(Event(invocation_id=f"inv-{turn}", author=author, content=content,
+                             actions=EventActions(state_delta=delta),
+                             timestamp=base + len(out) * 0.001))
+    return out[:n]
+
+
+async def bench_adk(n: int, every: int, reads: int, root: Path) -> dict[str, Figures]:
+    """ADK's ``SqliteSessionService`` and ours (durable, buffered) over the same events."""
+    from google.adk.sessions import BaseSessionService
+    from google.adk.sessions.sqlite_session_service import SqliteSessionService
+
+    from surfacelog.integrations.adk import SurfacelogSessionService
+
+    events = adk_events(n)
+    services: dict[str, BaseSessionService] = {
+        "sdk": SqliteSessionService(str(root / "adk.db")),
+        "surfacelog": SurfacelogSessionService(path=root / "adk-surfacelog.db"),
+        "surfacelog-buffered": SurfacelogSessionService(path=root / "adk-buffered.db",
+                                                        durable=False)}
+
+    def subject(svc: BaseSessionService, session: Any) -> _Subject:
+        async def add(items: list[Any]) -> None:
+            for item in items:
+                await svc.append_event(session, item)
+
+        async def get() -> list[Any]:
+            got = await svc.get_session(app_name="bench", user_id="u", session_id="s")
+            assert got is not None
+            return list(got.events)
+
+        return _Subject(add, get)
+
+    subjects = {}
+    for name, svc in services.items():
+        session = await svc.create_session(app_name="bench", user_id="u", session_id="s")
+        subjects[name] = subject(svc, session)
+    try:
+        return await _run(events, every, reads, subjects)
+    finally:
+        for svc in services.values():
+            await svc.close()  # type: ignore[attr-defined]
+
+
 def report(figures: dict[str, Figures], n: int) -> dict[str, Any]:
     base = figures["sdk"]
     return {name: {"add_ms": f.add_s * 1e3, f"read_at_{n}_ms": f.read_s * 1e3,
@@ -141,20 +216,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--every", type=int, default=100)
     parser.add_argument("--reads", type=int, default=5)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--only", choices=["openai", "adk"], default=None,
+                        help="run one framework's section only")
     args = parser.parse_args(argv)
+    out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-adapters-") as tmp:
-        figures = asyncio.run(bench_openai(args.items, args.every, args.reads, Path(tmp)))
-    rows = report(figures, args.items)
+        if args.only in (None, "openai"):
+            out["openai_agents"] = report(asyncio.run(bench_openai(
+                args.items, args.every, args.reads, Path(tmp))), args.items)
+        if args.only in (None, "adk"):
+            out["adk"] = report(asyncio.run(bench_adk(
+                args.items, args.every, args.reads, Path(tmp))), args.items)
     if args.json:
-        print(json.dumps({"openai_agents": rows}, indent=2))
-    else:
-        print(f"OpenAI Agents SDK: {args.items} items added one at a time, full read every "
-              f"{args.every}")
+        print(json.dumps(out, indent=2))
+        return out
+    titles = {"openai_agents": "OpenAI Agents SDK: {n} items added one at a time",
+              "adk": "Google ADK: {n} events appended one at a time"}
+    for section, rows in out.items():
+        print(titles[section].format(n=args.items) + f", full read every {args.every}")
         print(f"{'session':<22}{'add ms':>9}{'read ms':>10}{'add x':>8}{'read x':>8}")
         for name, row in rows.items():
             print(f"{name:<22}{row['add_ms']:>9.3f}{row[f'read_at_{args.items}_ms']:>10.3f}"
                   f"{row['add_ratio']:>8.2f}{row['read_ratio']:>8.2f}")
-    return rows
+    return out
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ pytest.importorskip(
 
 def test_openai_bench_runs_and_checks_its_reads(capsys: pytest.CaptureFixture[str]) -> None:
     bench = load_bench("bench_adapters")
-    rows = bench.main(["--items", "60", "--every", "20", "--reads", "2"])
+    rows = bench.main(["--items", "60", "--every", "20", "--reads", "2", "--only", "openai"])[
+        "openai_agents"]
     assert set(rows) == {"sdk", "surfacelog", "surfacelog-buffered"}
     for row in rows.values():
         assert row["reads_checked"] == 3
@@ -26,3 +27,16 @@ def test_the_workload_is_what_the_sdk_stores() -> None:
     assert len(items) == 7
     assert [i.get("type", i.get("role")) for i in items[:5]] == [
         "user", "reasoning", "function_call", "function_call_output", "message"]
+
+
+def test_adk_bench_runs_and_checks_its_reads(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("google.adk", reason="google-adk is not installed "
+                        "(pip install surfacelog[adk])")
+    bench = load_bench("bench_adapters")
+    rows = bench.main(["--items", "40", "--every", "20", "--reads", "2", "--only", "adk"])[
+        "adk"]
+    assert set(rows) == {"sdk", "surfacelog", "surfacelog-buffered"}
+    for row in rows.values():
+        assert row["reads_checked"] == 2
+        assert row["add_ms"] > 0 and row["read_at_40_ms"] > 0
+    assert "Google ADK: 40 events" in capsys.readouterr().out

@@ -223,7 +223,7 @@ async def test_refused_with_a_crashed_writers_wal(tmp_path: Path) -> None:
     -wal and the -shm all stay byte-identical (the -shm index is not rebuilt)."""
     path = tmp_path / "db.sqlite"
     await _our_db(path)
-    _edit(path, "PRAGMA user_version = 2")
+    _edit(path, f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     crash = (
         "import os, sqlite3, sys\n"
         "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"

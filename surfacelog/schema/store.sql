@@ -30,3 +30,35 @@ CREATE TABLE events (
     ignorable         INTEGER CHECK (ignorable = 1),
     PRIMARY KEY (session_id, seq)
 ) STRICT, WITHOUT ROWID;
+
+-- Schema version 2 adds the three tables below (and nothing else): a version-1 file is
+-- read as it is (no scopes, no state, no tombstones) and, when opened for writing,
+-- upgraded in place by creating them (its rows are untouched).
+
+-- The app and user a session belongs to (Google ADK's scoping), once per session.
+CREATE TABLE scopes (
+    session_id  TEXT    NOT NULL PRIMARY KEY,
+    app_name    TEXT    NOT NULL,
+    user_id     TEXT    NOT NULL,
+    update_time INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+
+CREATE INDEX scopes_by_owner ON scopes (app_name, user_id, session_id);
+
+-- Key/value state: scope 'app' (app-wide: user_id and session_id are ''), 'user'
+-- (per user of an app: session_id is ''), 'session'. value is JSON text.
+CREATE TABLE state (
+    scope      TEXT NOT NULL CHECK (scope IN ('app', 'user', 'session')),
+    app_name   TEXT NOT NULL,
+    user_id    TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    value      TEXT NOT NULL,
+    PRIMARY KEY (scope, app_name, user_id, session_id, key)
+) STRICT, WITHOUT ROWID;
+
+-- A deleted session: hidden from loading and listing, its rows kept until a purge.
+CREATE TABLE tombstones (
+    session_id TEXT    NOT NULL PRIMARY KEY,
+    deleted_at INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;

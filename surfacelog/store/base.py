@@ -14,8 +14,8 @@ nothing about surface rules itself: activation and ``load`` hand the events to t
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
-from typing import final
+from collections.abc import Mapping, Sequence
+from typing import Any, final
 
 from msgspec import Struct
 
@@ -29,14 +29,18 @@ from surfacelog.store.errors import (
     BadEvent,
     CommitFailed,
     CorruptStore,
+    ScopeConflict,
     SeqMismatch,
+    SessionDeleted,
     SessionExists,
     SessionNotFound,
     StoreError,
+    Unsupported,
     VersionRefused,
     WriterFenced,
 )
 from surfacelog.store.rows import NO_ROWS, EncodedBatch, decode_rows, encode_batch
+from surfacelog.store.scoped import ScopedSession, ScopedState, SessionPage
 from surfacelog.store.stored import StoredSession, decode_header
 
 
@@ -96,12 +100,15 @@ class EventStore(abc.ABC):
 
     async def read_stored_or_create(self, header: SessionHeader) -> StoredSession | int:
         """``read_stored(header.id, bump=True)``; when it is not stored, store it new with
-        ``header`` and no events and return its writer epoch. A backend behind a
+        ``header`` and no events and return its writer epoch (a deleted one raises
+        ``SessionDeleted``). A backend behind a
         connection overrides it to answer in one round trip. Raises ``SessionExists``
         (created by someone else in between), ``surfacelog.schema.DecodeError`` (a
         header this build cannot read), the store's errors."""
         try:
             return await self.read_stored(header.id, bump=True)
+        except SessionDeleted:
+            raise  # its id stays taken until a purge
         except SessionNotFound:
             return await self.create_stored(check_header(header), NO_ROWS)
 
@@ -126,6 +133,72 @@ class EventStore(abc.ABC):
     def stats(self) -> dict[str, int]:
         """The backend's counters (commits, events written...); none by default."""
         return {}
+
+    # -- optional features: scopes, state, deletion (see ``surfacelog.store.scoped``) ----
+    # The SQLite and memory backends implement them; by default they raise Unsupported.
+
+    def _unsupported(self, what: str) -> Unsupported:
+        return Unsupported(f"{type(self).__name__} does not support {what}")
+
+    async def set_scope(self, session_id: str, app_name: str, user_id: str, *,
+                        state: Mapping[str, Any] | None = None, at: int) -> None:
+        """Give a stored session its app and user (once) and apply ``state`` as a delta
+        (``scoped.split_delta``), in one transaction; ``at`` (ms) is its update time.
+        Setting the same scope again only applies ``state``. Raises ``SessionNotFound``
+        (``SessionDeleted``), ``ScopeConflict`` (scoped to another app or user),
+        ``InvalidArgument`` (a value that is not JSON), ``StoreError``."""
+        raise self._unsupported("scopes")
+
+    async def append_with_state(self, session_id: str, events: Sequence[Event],
+                                delta: Mapping[str, Any], *, epoch: int, at: int,
+                                durable: bool = True) -> None:
+        """``append`` and ``update_state(delta, at=at)`` as one write, all or nothing:
+        the events are never stored without their state delta nor the other way round.
+        Raises what ``append`` raises, ``ScopeConflict`` (the session has no scope;
+        nothing written), ``InvalidArgument`` (a value that is not JSON; before
+        anything is queued)."""
+        raise self._unsupported("state")
+
+    async def scope_of(self, session_id: str) -> ScopedSession:
+        """The session's scope row. Raises ``SessionNotFound`` (``SessionDeleted``),
+        ``ScopeConflict`` (the session has no scope)."""
+        raise self._unsupported("scopes")
+
+    async def get_state(self, session_id: str) -> ScopedState:
+        """The scoped session's app, user and session state. Raises as ``scope_of``."""
+        raise self._unsupported("state")
+
+    async def user_state(self, app_name: str, user_id: str) -> dict[str, Any]:
+        """The state of ``user_id`` in ``app_name`` (keys without ``user:``); ``{}`` when
+        none is stored."""
+        raise self._unsupported("state")
+
+    async def update_state(self, session_id: str, delta: Mapping[str, Any], *,
+                           at: int) -> None:
+        """Apply ``delta`` (``scoped.split_delta``: ``app:``, ``user:``, session keys;
+        ``temp:`` dropped) to the scoped session's state in one transaction, and set its
+        update time to ``at`` (ms). Raises as ``scope_of``, ``InvalidArgument``."""
+        raise self._unsupported("state")
+
+    async def list_scoped(self, app_name: str, user_id: str | None = None, *,
+                          after: str | None = None, limit: int | None = None
+                          ) -> SessionPage:
+        """The live sessions of ``app_name`` (of ``user_id`` only, when given), ordered
+        by id, those with ``id > after``, at most ``limit`` (>= 1) of them. Raises
+        ``InvalidArgument`` for a limit below 1."""
+        raise self._unsupported("scoped listing")
+
+    async def delete_session(self, session_id: str, *, at: int) -> None:
+        """Tombstone the session (``scoped``: hidden from loading and listing, writer
+        fenced, rows kept until ``purge_session``). Raises ``SessionNotFound``
+        (``SessionDeleted`` when deleted already)."""
+        raise self._unsupported("deletion")
+
+    async def purge_session(self, session_id: str) -> None:
+        """Remove a deleted session's rows: events, header, scope, session state and the
+        tombstone (its id is free again). Raises ``SessionNotFound`` (not stored),
+        ``StoreError`` (stored but not deleted: delete it first)."""
+        raise self._unsupported("deletion")
 
     # -- built on the primitives, once for every backend ---------------------------------
 
@@ -202,11 +275,17 @@ __all__ = [
     "CorruptStore",
     "EventStore",
     "OpenedSession",
+    "ScopeConflict",
+    "ScopedSession",
+    "ScopedState",
     "SeqMismatch",
+    "SessionDeleted",
     "SessionExists",
     "SessionInfo",
     "SessionNotFound",
+    "SessionPage",
     "StoreError",
+    "Unsupported",
     "VersionRefused",
     "WriterFenced",
 ]

@@ -73,15 +73,32 @@ class SessionNotFound(StoreError):
     """No session with this id is stored."""
 
 
+class SessionDeleted(SessionNotFound):
+    """The session was deleted (it has a tombstone): it is hidden from loading and
+    listing, its rows are kept until ``purge_session``, its id stays taken until then."""
+
+
+class ScopeConflict(StoreError):
+    """The session is scoped to another app or user than the one given, or is not scoped
+    at all where a scope is required."""
+
+
+class Unsupported(StoreError):
+    """The backend does not implement this optional store feature."""
+
+
 __all__ = [
     "BadEvent",
     "CommitFailed",
     "CorruptStore",
     "DatabaseNotFound",
+    "ScopeConflict",
     "SeqMismatch",
+    "SessionDeleted",
     "SessionExists",
     "SessionNotFound",
     "StoreError",
+    "Unsupported",
     "VersionRefused",
     "WriterFenced",
 ]

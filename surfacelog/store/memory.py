@@ -10,21 +10,33 @@ unchanged. It checks what the SQLite backend's tables check (``STRICT`` column t
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from surfacelog.schema.codec import JSON_ENCODER
+from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader, header_to_json
 from surfacelog.store.base import EventStore, SessionInfo
 from surfacelog.store.errors import (
     BadEvent,
+    ScopeConflict,
     SeqMismatch,
+    SessionDeleted,
     SessionExists,
     SessionNotFound,
     StoreError,
     WriterFenced,
 )
-from surfacelog.store.rows import EncodedBatch, Row, StoredRow
+from surfacelog.store.rows import NO_ROWS, EncodedBatch, Row, StoredRow, encode_batch
+from surfacelog.store.scoped import (
+    ScopedSession,
+    ScopedState,
+    SessionPage,
+    check_page,
+    decode_state,
+    split_delta,
+)
 from surfacelog.store.stored import StoredSession
 
 _TEXT: Final = (str, type(None))
@@ -38,6 +50,10 @@ class _Stored:
     epoch: int = 1
     rows: list[StoredRow] = field(default_factory=list)
     last_time: int | None = None
+    scope: tuple[str, str] | None = None
+    update_time: int = 0
+    state: dict[str, str] = field(default_factory=dict)
+    deleted_at: int | None = None
 
 
 def _stored_row(session_id: str, start: int, row: Row) -> StoredRow:
@@ -64,6 +80,8 @@ class MemoryEventStore(EventStore):
 
     def __init__(self) -> None:
         self._sessions: dict[str, _Stored] = {}
+        self._app_state: dict[str, dict[str, str]] = {}
+        self._user_state: dict[tuple[str, str], dict[str, str]] = {}
         self._errors: deque[tuple[str, StoreError]] = deque()
         self._batches = self._events = 0
         self._closed = False
@@ -81,7 +99,126 @@ class MemoryEventStore(EventStore):
         stored = self._sessions.get(session_id)
         if stored is None:
             raise SessionNotFound(f"session {session_id!r} is not stored")
+        if stored.deleted_at is not None:
+            raise SessionDeleted(f"session {session_id!r} is deleted")
         return stored
+
+    def _scoped(self, session_id: str) -> tuple[_Stored, str, str]:
+        stored = self._session(session_id)
+        if stored.scope is None:
+            raise ScopeConflict(f"session {session_id!r} has no app and user scope")
+        return stored, *stored.scope
+
+    def _info(self, session_id: str, stored: _Stored) -> ScopedSession:
+        assert stored.scope is not None
+        return ScopedSession(session_id, stored.scope[0], stored.scope[1], stored.created_at,
+                             stored.update_time, len(stored.rows), stored.last_time)
+
+    def _apply(self, stored: _Stored, app: str, user: str, delta: Mapping[str, Any]) -> None:
+        parts = split_delta(delta)  # all checked before anything changes
+        self._app_state.setdefault(app, {}).update(parts["app"])
+        self._user_state.setdefault((app, user), {}).update(parts["user"])
+        stored.state.update(parts["session"])
+
+    # -- scopes, state, deletion (see ``surfacelog.store.scoped``) ----------------------
+
+    async def set_scope(self, session_id: str, app_name: str, user_id: str, *,
+                        state: Mapping[str, Any] | None = None, at: int) -> None:
+        """See ``EventStore.set_scope``."""
+        self._check_open()
+        stored = self._session(session_id)
+        if stored.scope is not None and stored.scope != (app_name, user_id):
+            raise ScopeConflict(f"session {session_id!r} belongs to app {stored.scope[0]!r}, "
+                                f"user {stored.scope[1]!r}, not app {app_name!r}, user "
+                                f"{user_id!r}")
+        split_delta(state or {})  # refuse a bad value before the scope is set
+        stored.scope = (app_name, user_id)
+        stored.update_time = at
+        self._apply(stored, app_name, user_id, state or {})
+
+    async def append_with_state(self, session_id: str, events: Sequence[Event],
+                                delta: Mapping[str, Any], *, epoch: int, at: int,
+                                durable: bool = True) -> None:
+        """See ``EventStore.append_with_state``."""
+        self._check_open()
+        split_delta(delta)  # refuse a bad value before anything is applied
+        batch = encode_batch(session_id, events) if events else NO_ROWS
+        try:
+            stored = self._sessions.get(session_id)
+            if stored is not None and stored.scope is None:
+                raise ScopeConflict(f"session {session_id!r} has no app and user scope; "
+                                    f"nothing written")
+            if batch.rows:
+                self._append(session_id, batch, epoch, False)
+            else:
+                self._session(session_id)
+            stored = self._sessions[session_id]
+            assert stored.scope is not None
+            self._apply(stored, *stored.scope, delta)
+            stored.update_time = at
+        except StoreError as exc:
+            if durable:
+                raise
+            self._errors.append((session_id, exc))
+
+    async def scope_of(self, session_id: str) -> ScopedSession:
+        """See ``EventStore.scope_of``."""
+        self._check_open()
+        stored, _app, _user = self._scoped(session_id)
+        return self._info(session_id, stored)
+
+    async def get_state(self, session_id: str) -> ScopedState:
+        """See ``EventStore.get_state``."""
+        self._check_open()
+        stored, app, user = self._scoped(session_id)
+        return ScopedState(decode_state(sorted(self._app_state.get(app, {}).items())),
+                           decode_state(sorted(self._user_state.get((app, user), {}).items())),
+                           decode_state(sorted(stored.state.items())))
+
+    async def user_state(self, app_name: str, user_id: str) -> dict[str, Any]:
+        """See ``EventStore.user_state``."""
+        self._check_open()
+        return decode_state(sorted(self._user_state.get((app_name, user_id), {}).items()))
+
+    async def update_state(self, session_id: str, delta: Mapping[str, Any], *,
+                           at: int) -> None:
+        """See ``EventStore.update_state``."""
+        self._check_open()
+        stored, app, user = self._scoped(session_id)
+        self._apply(stored, app, user, delta)
+        stored.update_time = at
+
+    async def list_scoped(self, app_name: str, user_id: str | None = None, *,
+                          after: str | None = None, limit: int | None = None
+                          ) -> SessionPage:
+        """See ``EventStore.list_scoped``."""
+        self._check_open()
+        check_page(limit)
+        rows = [self._info(sid, s) for sid, s in sorted(self._sessions.items())
+                if s.deleted_at is None and s.scope is not None and s.scope[0] == app_name
+                and (user_id is None or s.scope[1] == user_id)
+                and (after is None or sid > after)]
+        if limit is not None and len(rows) > limit:
+            return SessionPage(rows[:limit], rows[limit - 1].id)
+        return SessionPage(rows, None)
+
+    async def delete_session(self, session_id: str, *, at: int) -> None:
+        """See ``EventStore.delete_session``."""
+        self._check_open()
+        stored = self._session(session_id)
+        stored.deleted_at = at
+        stored.epoch += 1
+
+    async def purge_session(self, session_id: str) -> None:
+        """See ``EventStore.purge_session``."""
+        self._check_open()
+        stored = self._sessions.get(session_id)
+        if stored is None:
+            raise SessionNotFound(f"session {session_id!r} is not stored")
+        if stored.deleted_at is None:
+            raise StoreError(f"session {session_id!r} is not deleted: delete it before "
+                             f"purging it")
+        del self._sessions[session_id]
 
     async def create_stored(self, header: SessionHeader, batch: EncodedBatch) -> int:
         """Store a new session with its first rows. Raises ``SessionExists``,
@@ -112,7 +249,9 @@ class MemoryEventStore(EventStore):
 
     def _append(self, session_id: str, batch: EncodedBatch, epoch: int, resend: bool
                 ) -> None:
-        stored = self._session(session_id)
+        stored = self._sessions.get(session_id)  # a deleted one: fenced, as in SQLite
+        if stored is None:
+            raise SessionNotFound(f"session {session_id!r} is not stored")
         if stored.epoch != epoch:
             raise WriterFenced(f"session {session_id!r}: writer epoch {epoch} is stale, "
                                f"the session was taken by epoch {stored.epoch}; nothing "
@@ -146,7 +285,7 @@ class MemoryEventStore(EventStore):
         """Every stored session, ordered by id."""
         self._check_open()
         return [SessionInfo(sid, s.created_at, len(s.rows), s.last_time, s.epoch)
-                for sid, s in sorted(self._sessions.items())]
+                for sid, s in sorted(self._sessions.items()) if s.deleted_at is None]
 
     async def flush(self) -> None:
         """Raise the oldest unreported failure of a non-durable batch (one per call)."""

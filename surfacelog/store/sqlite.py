@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
@@ -13,12 +13,27 @@ import msgspec
 
 from surfacelog.schema.codec import JSON_ENCODER
 from surfacelog.schema.errors import DecodeError, InvalidArgument
+from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader, check_header, header_to_json
+from surfacelog.store import sqlite_scoped as scoped_sql
 from surfacelog.store.base import EventStore, SessionInfo
 from surfacelog.store.connection import ConnectionThread
-from surfacelog.store.errors import DatabaseNotFound, SessionNotFound, StoreError
-from surfacelog.store.rows import SELECT_EVENTS, EncodedBatch
+from surfacelog.store.errors import (
+    DatabaseNotFound,
+    ScopeConflict,
+    SessionDeleted,
+    SessionNotFound,
+    StoreError,
+)
+from surfacelog.store.rows import NO_ROWS, SELECT_EVENTS, EncodedBatch, encode_batch
 from surfacelog.store.schema_check import check_or_initialise, classify, inspect_file, read_shape
+from surfacelog.store.scoped import (
+    ScopedSession,
+    ScopedState,
+    SessionPage,
+    check_page,
+    split_delta,
+)
 from surfacelog.store.stored import StoredSession
 from surfacelog.store.writer import GroupWriter, NewSession
 
@@ -42,11 +57,15 @@ def _prepare(where: str, synchronous: Synchronous, busy_timeout_ms: int,
     check_or_initialise(conn, where)
 
 
-def _prepare_read_only(where: str, busy_timeout_ms: int, conn: sqlite3.Connection) -> None:
+def _prepare_read_only(where: str, busy_timeout_ms: int, conn: sqlite3.Connection) -> bool:
+    """Check the file; ``True`` when it has the schema-version-2 tables (scopes, state,
+    tombstones), ``False`` for a version-1 file (read as it is)."""
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-    if classify(read_shape(conn), where) != "ours":
+    state = classify(read_shape(conn), where)
+    if state == "new":
         raise StoreError(f"{where} holds no surfacelog store (a blank database); "
                          f"nothing to read")
+    return state == "ours"
 
 
 def _in_transaction(conn: sqlite3.Connection, begin: str, work: Callable[[], T]) -> T:
@@ -62,9 +81,11 @@ def _in_transaction(conn: sqlite3.Connection, begin: str, work: Callable[[], T])
     return result
 
 
-def _read_session(session_id: str, since_seq: int, limit: int, bump: bool,
+def _read_session(session_id: str, since_seq: int, limit: int, bump: bool, scoped: bool,
                   conn: sqlite3.Connection) -> StoredSession | None:
     def work() -> StoredSession | None:
+        if scoped and scoped_sql.deleted(conn, session_id):
+            raise SessionDeleted(f"session {session_id!r} is deleted")
         if bump:
             conn.execute("UPDATE sessions SET writer_epoch = writer_epoch + 1 WHERE id = ?",
                          (session_id,))
@@ -78,9 +99,11 @@ def _read_session(session_id: str, since_seq: int, limit: int, bump: bool,
     return _in_transaction(conn, "BEGIN IMMEDIATE" if bump else "BEGIN", work)
 
 
-def _list_sessions(conn: sqlite3.Connection) -> list[SessionInfo]:
+def _list_sessions(scoped: bool, conn: sqlite3.Connection) -> list[SessionInfo]:
+    live = (" WHERE NOT EXISTS (SELECT 1 FROM tombstones AS t WHERE t.session_id = id)"
+            if scoped else "")
     rows = conn.execute("SELECT id, created_at, next_seq, last_time, writer_epoch"
-                        " FROM sessions ORDER BY id").fetchall()
+                        f" FROM sessions{live} ORDER BY id").fetchall()
     return [SessionInfo(*row) for row in rows]
 
 
@@ -113,9 +136,11 @@ class SqliteEventStore(EventStore):
     ``open_session``... come from ``EventStore``, the same for every backend.
     """
 
-    def __init__(self, path: Path, conn: ConnectionThread, writer: GroupWriter) -> None:
+    def __init__(self, path: Path, conn: ConnectionThread, writer: GroupWriter, *,
+                 scoped: bool = True) -> None:
         """Use ``open``."""
         self.path = path
+        self._scoped = scoped
         self._conn = conn
         self._writer = writer
         self._closed = False
@@ -163,8 +188,9 @@ class SqliteEventStore(EventStore):
         if (read_only or not create) and not path.exists():
             raise DatabaseNotFound(f"no database at {path}")
         await asyncio.to_thread(inspect_file, path)
+        scoped = True
         if read_only:
-            conn = await _open_read_only(path, busy_timeout_ms)
+            conn, scoped = await _open_read_only(path, busy_timeout_ms)
         else:
             try:
                 conn = await ConnectionThread.open(path)
@@ -178,7 +204,7 @@ class SqliteEventStore(EventStore):
         except BaseException:
             await conn.close()
             raise
-        return cls(path, conn, writer)
+        return cls(path, conn, writer, scoped=scoped)
 
     # -- the primitives (see ``EventStore``) ----------------------------------------------
 
@@ -244,7 +270,7 @@ class SqliteEventStore(EventStore):
         what = f"{'open' if bump else 'read'} session {session_id!r}"
         stored = await self._run(
             partial(_read_session, session_id, max(since, 0),
-                    _NO_LIMIT if limit is None else limit, bump), what)
+                    _NO_LIMIT if limit is None else limit, bump, self._scoped), what)
         if stored is None:
             raise SessionNotFound(f"session {session_id!r} is not stored")
         return stored
@@ -266,7 +292,86 @@ class SqliteEventStore(EventStore):
     async def list_sessions(self) -> list[SessionInfo]:
         """Every stored session, ordered by id (``length`` = committed events)."""
         self._check_open()
-        return await self._run(_list_sessions, "list sessions")
+        return await self._run(partial(_list_sessions, self._scoped), "list sessions")
+
+    # -- scopes, state, deletion (see ``surfacelog.store.scoped``) ----------------------
+    # A version-1 file opened read-only has none of them: it reads as having no scopes,
+    # no state and no tombstones.
+
+    async def set_scope(self, session_id: str, app_name: str, user_id: str, *,
+                        state: Mapping[str, Any] | None = None, at: int) -> None:
+        """See ``EventStore.set_scope``."""
+        self._check_open()
+        await self._run(partial(scoped_sql.set_scope, session_id, app_name, user_id,
+                                dict(state or {}), at), f"scope session {session_id!r}")
+
+    async def append_with_state(self, session_id: str, events: Sequence[Event],
+                                delta: Mapping[str, Any], *, epoch: int, at: int,
+                                durable: bool = True) -> None:
+        """See ``EventStore.append_with_state``: the delta is written in the batch's own
+        savepoint of its group commit."""
+        self._check_open()
+        state = scoped_sql.StateWrite(split_delta(delta), at)
+        batch = encode_batch(session_id, events) if events else NO_ROWS
+        waiter = self._writer.submit(session_id, epoch, batch, durable=durable,
+                                     state=state)
+        if waiter is not None:
+            await waiter
+
+    async def scope_of(self, session_id: str) -> ScopedSession:
+        """See ``EventStore.scope_of``."""
+        self._check_open()
+        self._check_scoped(session_id)
+        return await self._run(partial(scoped_sql.scope_of, session_id),
+                               f"read the scope of session {session_id!r}")
+
+    async def get_state(self, session_id: str) -> ScopedState:
+        """See ``EventStore.get_state``."""
+        self._check_open()
+        self._check_scoped(session_id)
+        return await self._run(partial(scoped_sql.get_state, session_id),
+                               f"read the state of session {session_id!r}")
+
+    async def user_state(self, app_name: str, user_id: str) -> dict[str, Any]:
+        """See ``EventStore.user_state``."""
+        self._check_open()
+        if not self._scoped:
+            return {}
+        return await self._run(partial(scoped_sql.user_state, app_name, user_id),
+                               "read user state")
+
+    async def update_state(self, session_id: str, delta: Mapping[str, Any], *,
+                           at: int) -> None:
+        """See ``EventStore.update_state``."""
+        self._check_open()
+        await self._run(partial(scoped_sql.update_state, session_id, dict(delta), at),
+                        f"update the state of session {session_id!r}")
+
+    async def list_scoped(self, app_name: str, user_id: str | None = None, *,
+                          after: str | None = None, limit: int | None = None
+                          ) -> SessionPage:
+        """See ``EventStore.list_scoped``."""
+        self._check_open()
+        check_page(limit)
+        if not self._scoped:
+            return SessionPage([], None)
+        return await self._run(partial(scoped_sql.list_scoped, app_name, user_id, after,
+                                       limit), "list scoped sessions")
+
+    async def delete_session(self, session_id: str, *, at: int) -> None:
+        """See ``EventStore.delete_session``: batches queued before it are committed
+        first, then the tombstone and the epoch bump in one transaction."""
+        self._check_open()
+        await self._writer.drain()
+        await self._run(partial(scoped_sql.delete_session, session_id, at),
+                        f"delete session {session_id!r}")
+
+    async def purge_session(self, session_id: str) -> None:
+        """See ``EventStore.purge_session``."""
+        self._check_open()
+        await self._writer.drain()
+        await self._run(partial(scoped_sql.purge_session, session_id),
+                        f"purge session {session_id!r}")
 
     def stats(self) -> dict[str, int]:
         """The writer's counters (see ``WriterStats``): ``commits`` (group commits),
@@ -291,6 +396,11 @@ class SqliteEventStore(EventStore):
         if self._closed:
             raise StoreError(f"the store of {self.path} is closed")
 
+    def _check_scoped(self, session_id: str) -> None:
+        if not self._scoped:
+            raise ScopeConflict(f"session {session_id!r} has no app and user scope (a "
+                                f"schema-version-1 database opened read-only)")
+
     async def _run(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
         try:
             return await self._conn.run(fn)
@@ -298,7 +408,7 @@ class SqliteEventStore(EventStore):
             raise StoreError(f"{self.path}: {what} failed: {exc}") from exc
 
 
-async def _open_read_only(path: Path, busy_timeout_ms: int) -> ConnectionThread:
+async def _open_read_only(path: Path, busy_timeout_ms: int) -> tuple[ConnectionThread, bool]:
     """A ``mode=ro`` connection to ``path``, checked to hold our store; ``immutable``
     when the plain read-only open fails and no ``-wal`` file exists. Raises
     ``StoreError``, ``VersionRefused``."""
@@ -307,8 +417,7 @@ async def _open_read_only(path: Path, busy_timeout_ms: int) -> ConnectionThread:
     try:
         conn = await ConnectionThread.open(path, read_only=True)
         try:
-            await conn.run(prepare)
-            return conn
+            return conn, await conn.run(prepare)
         except BaseException:
             await conn.close()
             raise
@@ -321,14 +430,14 @@ async def _open_read_only(path: Path, busy_timeout_ms: int) -> ConnectionThread:
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open {path} read-only: {first}; {exc}") from exc
     try:
-        await conn.run(prepare)
+        scoped = await conn.run(prepare)
     except sqlite3.Error as exc:
         await conn.close()
         raise StoreError(f"cannot open {path} read-only: {exc}") from exc
     except BaseException:
         await conn.close()
         raise
-    return conn
+    return conn, scoped
 
 
 def sqlite_backend(path: str | Path, **options: Any) -> Callable[[], Awaitable[EventStore]]:

@@ -50,12 +50,14 @@ from surfacelog.store.errors import (
     BadEvent,
     CommitFailed,
     SeqMismatch,
+    SessionDeleted,
     SessionExists,
     SessionNotFound,
     StoreError,
     WriterFenced,
 )
 from surfacelog.store.rows import NO_ROWS, SELECT_EVENTS, EncodedBatch, insert_rows
+from surfacelog.store.sqlite_scoped import StateWrite, write_state
 from surfacelog.store.stored import StoredSession
 
 _ADVANCE = (
@@ -89,11 +91,12 @@ class PendingBatch:
     ``or_open`` that found its session stored, what the transaction read."""
 
     __slots__ = ("batch", "create", "epoch", "id", "opened", "resend", "session_id",
-                 "waiter", "written")
+                 "state", "waiter", "written")
 
     def __init__(self, id: int, session_id: str, epoch: int, batch: EncodedBatch,
                  waiter: asyncio.Future[None] | None,
-                 create: NewSession | None = None, resend: bool = False) -> None:
+                 create: NewSession | None = None, resend: bool = False,
+                 state: StateWrite | None = None) -> None:
         self.id = id
         self.session_id = session_id
         self.epoch = epoch
@@ -103,6 +106,7 @@ class PendingBatch:
         self.resend = resend
         self.written = False
         self.opened: StoredSession | None = None
+        self.state = state
 
 
 class WriterStats(Struct, frozen=True):
@@ -166,6 +170,9 @@ def _write_batch(conn: sqlite3.Connection, item: PendingBatch) -> StoreError | N
             outcome = None if write else _refusal(conn, item)
         if write and batch.rows:
             insert_rows(conn, batch.rows)
+        if write and item.state is not None:
+            outcome = write_state(conn, item.session_id, item.state)
+            write = outcome is None
         item.written = write
     except _ROW_ERRORS as exc:
         conn.execute("ROLLBACK TO batch")
@@ -182,6 +189,10 @@ def _create_session(conn: sqlite3.Connection, item: PendingBatch,
     item.opened = None
     exists = conn.execute("SELECT 1 FROM sessions WHERE id = ?",
                           (item.session_id,)).fetchone()
+    if exists is not None and new.or_open and conn.execute(
+            "SELECT 1 FROM tombstones WHERE session_id = ?", (item.session_id,)
+    ).fetchone() is not None:
+        return SessionDeleted(f"session {item.session_id!r} is deleted")
     if exists is not None and new.or_open:
         # Taken for writing as ``read_stored(bump=True)`` does, in this transaction.
         sid = item.session_id
@@ -280,19 +291,21 @@ class GroupWriter:
         return item, waiter
 
     def submit(self, session_id: str, epoch: int, batch: EncodedBatch, *,
-               durable: bool, create: NewSession | None = None, resend: bool = False
-               ) -> asyncio.Future[None] | None:
+               durable: bool, create: NewSession | None = None, resend: bool = False,
+               state: StateWrite | None = None) -> asyncio.Future[None] | None:
         """Queue ``batch`` (with ``create``: the session's creation, epoch 1, and its
         first events). With ``durable`` return a future that completes when the batch
         is committed (or fails with its ``StoreError``); otherwise return ``None`` and
         keep a failure for ``flush`` to raise. ``resend``: the batch was sent before
         with an unknown outcome (the process that took it died); when the session
         already holds its seqs under the batch's epoch it counts as written, since that
-        earlier send stored it. Raises ``StoreError`` once closed."""
+        earlier send stored it. ``state``: a state delta of the session written in the
+        batch's own savepoint (all or nothing with its rows). Raises ``StoreError`` once
+        closed."""
         self._check_open()
         waiter = asyncio.get_running_loop().create_future() if durable else None
         self._queue.append(PendingBatch(self._next_id, session_id, epoch, batch, waiter,
-                                        create, resend))
+                                        create, resend, state))
         self._next_id += 1
         self._queued_events += len(batch.rows)
         if durable or self._queued_events >= self._max_events:

@@ -1,0 +1,315 @@
+"""``SurfacelogSessionService``: Google ADK's ``BaseSessionService`` over a surfacelog
+event store (embedded: one SQLite file, no Ray).
+
+- A session is a surfacelog session scoped to ADK's app and user (``set_scope``); its
+  ADK events are events of its append-only log, one each (``mapping``), and what
+  ``get_session`` returns is rebuilt from the log exactly (cached per session, so a
+  read decodes nothing that was read or written before).
+- State is the store's: ``app:`` keys app-wide, ``user:`` keys per user of the app,
+  other keys per session, ``temp:`` keys never stored (ADK's own rules; the base class
+  applies ``temp:`` keys to the in-memory session for the invocation). An event and
+  its ``actions.stateDelta`` are written as one (``store.append_with_state``: in the
+  same transaction, all or nothing); the delta is also kept verbatim in the log (the
+  event's residual). A state value JSON cannot carry exactly (a set, a tuple, bytes)
+  is refused with ``InvalidArgument`` and nothing is appended.
+- An ADK compaction event (``App(events_compaction_config=...)``) replaces the events
+  it summarises on the session's *surface* and cites them (``mapping``): the surface
+  is what ADK shows the model; ``get_session`` still returns every event, as ADK
+  expects, and the log keeps them.
+- ``delete_session`` tombstones the session (the store's deletion): ADK no longer sees
+  it, the log and its state stay in the database until ``purge`` (``store.
+  purge_session``); ``surfacelog export`` it before deleting when you want a copy.
+- ``list_sessions`` pages through the store's scoped listing and returns sessions
+  without events, ordered like ADK's services by (last update, user, id).
+
+Operations of one service run one at a time (one lock); one service per store is the
+single writer of its sessions (it takes each for writing on first append, fencing any
+earlier writer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
+from google.adk.events.event import Event as AdkEvent
+from google.adk.sessions.base_session_service import (
+    BaseSessionService,
+    GetSessionConfig,
+    ListSessionsResponse,
+)
+from google.adk.sessions.session import Session as AdkSession
+from typing_extensions import override
+
+from surfacelog.schema.errors import SurfacelogError
+from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
+from surfacelog.session import Session, now_ms
+from surfacelog.store.base import EventStore, ScopeConflict, SessionExists, SessionNotFound
+from surfacelog.store.scoped import ScopedSession
+
+from .mapping import adk_event_of, compaction_span, map_event, tool_call_ids
+
+PAGE: Final = 500
+"""Sessions per page of the store's scoped listing read by ``list_sessions``."""
+
+
+class SessionAlreadyExists(AlreadyExistsError, SurfacelogError):
+    """``create_session`` with the id of a stored session (ADK's ``AlreadyExistsError``)."""
+
+
+class SessionMissing(SessionNotFoundError, SurfacelogError):
+    """``append_event`` to a session that is not stored for that app and user, or was
+    deleted (ADK's ``SessionNotFoundError``)."""
+
+
+@dataclass
+class _Open:
+    """A session this service holds: its log (taken for writing), epoch, ADK events."""
+
+    session: Session
+    epoch: int
+    events: list[AdkEvent] = field(default_factory=list)
+    call_seqs: dict[str, int] = field(default_factory=dict)
+    spans: dict[int, tuple[float, float]] = field(default_factory=dict)
+    """The time span of each of the adapter's events: its timestamp, or a compaction's
+    start and end."""
+
+    def note(self, seq: int, dumped: dict[str, Any]) -> None:
+        span = compaction_span(dumped)
+        stamp = dumped.get("timestamp")
+        if span is not None:
+            self.spans[seq] = span
+        elif isinstance(stamp, (int, float)):
+            self.spans[seq] = (float(stamp), float(stamp))
+
+    def compacted(self, span: tuple[float, float]) -> list[int]:
+        """The surface nodes inside ``span`` when they are one run of the surface,
+        else ``[]``."""
+        nodes = self.session.surface.nodes
+        inside = [i for i, n in enumerate(nodes) if n in self.spans
+                  and span[0] <= self.spans[n][0] and self.spans[n][1] <= span[1]]
+        if not inside or inside[-1] - inside[0] != len(inside) - 1:
+            return []
+        return [nodes[i] for i in inside]
+
+
+def _dump(event: AdkEvent) -> dict[str, Any]:
+    return event.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class SurfacelogSessionService(BaseSessionService):
+    """ADK sessions in a surfacelog store (see the module's docstring).
+
+    ``path`` opens a ``SqliteEventStore`` this service owns and closes; ``store`` shares
+    one the caller owns. ``durable`` (default): ``append_event`` returns once the event
+    is committed (fsynced with ``synchronous="FULL"``); ``False``: once queued,
+    ``flush()``/``close()`` being the barrier.
+    """
+
+    def __init__(self, *, path: str | Path | None = None, store: EventStore | None = None,
+                 durable: bool = True, store_options: dict[str, Any] | None = None) -> None:
+        if (path is None) == (store is None):
+            raise ValueError("give exactly one of path and store")
+        self._path = path
+        self._store = store
+        self._owns_store = store is None
+        self._durable = durable
+        self._store_options = dict(store_options or {})
+        self._open: dict[str, _Open] = {}
+        self._lock = asyncio.Lock()
+
+    async def _get_store(self) -> EventStore:
+        if self._store is None:
+            from surfacelog.store.sqlite import SqliteEventStore
+
+            assert self._path is not None
+            self._store = await SqliteEventStore.open(self._path, **self._store_options)
+        return self._store
+
+    async def _scope(self, app_name: str, user_id: str, session_id: str
+                     ) -> ScopedSession | None:
+        store = await self._get_store()
+        try:
+            scope = await store.scope_of(session_id)
+        except (SessionNotFound, ScopeConflict):
+            return None
+        if (scope.app_name, scope.user_id) != (app_name, user_id):
+            return None
+        return scope
+
+    async def _opened(self, session_id: str) -> _Open:
+        held = self._open.get(session_id)
+        if held is not None:
+            return held
+        store = await self._get_store()
+        opened = await store.open_session(session_id)
+        held = _Open(opened.session, opened.epoch)
+        for event in opened.session.log:
+            dumped = adk_event_of(event)
+            if dumped is None:
+                continue
+            adk_event = AdkEvent.model_validate(dumped)
+            held.events.append(adk_event)
+            held.note(event.seq, dumped)
+            if event.type == "assistant/message":
+                for block in event.data["message"]["content"]:
+                    if block.get("type") == "tool-call":
+                        held.call_seqs[block["id"]] = event.seq
+        self._open[session_id] = held
+        return held
+
+    async def _merged_state(self, session_id: str) -> dict[str, Any]:
+        store = await self._get_store()
+        return (await store.get_state(session_id)).merged()
+
+    # -- BaseSessionService ---------------------------------------------------------------
+
+    @override
+    async def create_session(self, *, app_name: str, user_id: str,
+                             state: dict[str, Any] | None = None,
+                             session_id: str | None = None) -> AdkSession:
+        async with self._lock:
+            store = await self._get_store()
+            session_id = (session_id.strip() if session_id else None) or uuid.uuid4().hex
+            created = now_ms()
+            try:
+                await store.create(SessionHeader(version=SESSION_FORMAT_VERSION,
+                                                 id=session_id, created_at=created))
+            except SessionExists as exc:
+                raise SessionAlreadyExists(
+                    f"Session with id {session_id} already exists.") from exc
+            await store.set_scope(session_id, app_name, user_id, state=state or {},
+                                  at=created)
+            return AdkSession(id=session_id, app_name=app_name, user_id=user_id,
+                              state=await self._merged_state(session_id), events=[],
+                              last_update_time=created / 1000)
+
+    @override
+    async def get_session(self, *, app_name: str, user_id: str, session_id: str,
+                          config: GetSessionConfig | None = None) -> AdkSession | None:
+        async with self._lock:
+            session_id = session_id.strip() if session_id else session_id
+            scope = await self._scope(app_name, user_id, session_id)
+            if scope is None:
+                return None
+            held = await self._opened(session_id)
+            events = held.events
+            if config is not None:
+                if config.num_recent_events is not None:
+                    events = events[-config.num_recent_events:] \
+                        if config.num_recent_events else []
+                if config.after_timestamp is not None:
+                    first = len(events)
+                    while first > 0 and events[first - 1].timestamp >= config.after_timestamp:
+                        first -= 1
+                    events = events[first:]
+            last = held.events[-1].timestamp if held.events else scope.update_time / 1000
+            return AdkSession(id=session_id, app_name=app_name, user_id=user_id,
+                              state=await self._merged_state(session_id),
+                              events=list(events), last_update_time=last)
+
+    @override
+    async def list_sessions(self, *, app_name: str, user_id: str | None = None
+                            ) -> ListSessionsResponse:
+        async with self._lock:
+            store = await self._get_store()
+            found: list[AdkSession] = []
+            after: str | None = None
+            while True:
+                page = await store.list_scoped(app_name, user_id, after=after, limit=PAGE)
+                for row in page.sessions:
+                    last = max(row.update_time, row.last_time or 0) / 1000
+                    held = self._open.get(row.id)
+                    if held is not None and held.events:
+                        last = held.events[-1].timestamp
+                    found.append(AdkSession(id=row.id, app_name=app_name, user_id=row.user_id,
+                                            state=await self._merged_state(row.id),
+                                            events=[], last_update_time=last))
+                if page.next_after is None:
+                    break
+                after = page.next_after
+            found.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
+            return ListSessionsResponse(sessions=found)
+
+    @override
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        """Tombstone the session (see the module's docstring); nothing when it is not
+        stored for that app and user."""
+        async with self._lock:
+            session_id = session_id.strip() if session_id else session_id
+            if await self._scope(app_name, user_id, session_id) is None:
+                return
+            self._open.pop(session_id, None)
+            await (await self._get_store()).delete_session(session_id, at=now_ms())
+
+    @override
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        async with self._lock:
+            return await (await self._get_store()).user_state(app_name, user_id)
+
+    @override
+    async def append_event(self, session: AdkSession, event: AdkEvent) -> AdkEvent:
+        if event.partial:
+            return event
+        async with self._lock:
+            if await self._scope(session.app_name, session.user_id, session.id) is None:
+                raise SessionMissing(f"Session {session.id} not found.")
+            self._apply_temp_state(session, event)
+            event = self._trim_temp_delta_state(event)
+            held = await self._opened(session.id)
+            dumped = _dump(event)
+            span = compaction_span(dumped)
+            spec = map_event(dumped, call_seqs=held.call_seqs,
+                             replace=held.compacted(span) if span is not None else ())
+            store = await self._get_store()
+            delta: Mapping[str, Any] = event.actions.state_delta if event.actions else {}
+            with held.session.atomic():  # a refused or failed write changes nothing
+                logged = held.session.append_batch([spec])
+                if delta:  # the event and its state delta, all or nothing
+                    await store.append_with_state(session.id, logged, delta,
+                                                  epoch=held.epoch,
+                                                  at=int(event.timestamp * 1000),
+                                                  durable=self._durable)
+                else:
+                    await store.append(session.id, logged, epoch=held.epoch,
+                                       durable=self._durable)
+            for call_id in tool_call_ids(spec):
+                held.call_seqs[call_id] = logged[0].seq
+            held.note(logged[0].seq, dumped)
+            held.events.append(event.model_copy(deep=True))
+            session.last_update_time = event.timestamp
+            return self._commit_event_to_session(session, event)
+
+    # -- beyond ADK ------------------------------------------------------------------------
+
+    @property
+    def store(self) -> EventStore | None:
+        """The store (``None`` before first use of a service that opens its own)."""
+        return self._store
+
+    async def flush(self) -> None:
+        """Wait until every accepted event is durable."""
+        if self._store is not None:
+            await self._store.flush()
+
+    async def close(self) -> None:
+        """Flush, and close the store when this service opened it. Using the service
+        again afterwards opens it again."""
+        async with self._lock:
+            store, self._open = self._store, {}
+            if store is None:
+                return
+            if self._owns_store:
+                self._store = None
+                await store.close()
+            else:
+                await store.flush()
+
+
+__all__ = ["SessionAlreadyExists", "SessionMissing", "SurfacelogSessionService"]
