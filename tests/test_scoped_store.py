@@ -1,5 +1,5 @@
 """Scopes, state, scoped listing and deletion (``surfacelog.store.scoped``): one contract
-over the SQLite and memory backends, and the schema-version-1 files they upgrade."""
+over the SQLite and memory backends; a schema-version-1 file is refused (SPEC 12)."""
 
 from __future__ import annotations
 
@@ -20,11 +20,12 @@ from surfacelog.store.base import (
     SessionExists,
     SessionNotFound,
     StoreError,
+    VersionRefused,
     WriterFenced,
 )
 from surfacelog.store.jsonl import export_session
 from surfacelog.store.memory import MemoryEventStore
-from surfacelog.store.schema_check import SCHEMA_VERSION, V1_OBJECTS, schema_sql
+from surfacelog.store.schema_check import SCHEMA_VERSION, schema_sql
 from surfacelog.store.sqlite import SqliteEventStore
 
 
@@ -159,11 +160,13 @@ async def test_sqlite_tombstone_survives_reopen(tmp_path: Path) -> None:
 
 
 def _v1_database(path: Path) -> None:
-    """A database as a schema-version-1 build wrote it, holding one session."""
+    """A database as a schema-version-1 build wrote it (before scopes, state and
+    tombstones), holding one session."""
     conn = sqlite3.connect(path, isolation_level=None)
-    v1_ddl = schema_sql().split("-- Schema version 2 adds")[0]  # store.sql of version 1
+    v1_ddl = schema_sql().split("-- Schema version 2 added")[0]  # store.sql of version 1
     conn.executescript(v1_ddl)
-    assert {r[0] for r in conn.execute("SELECT name FROM sqlite_schema")} == V1_OBJECTS
+    assert {r[0] for r in conn.execute("SELECT name FROM sqlite_schema")} == {
+        "sessions", "events"}
     conn.execute("PRAGMA application_id = 0x53664C67")
     conn.execute("PRAGMA user_version = 1")
     conn.execute("INSERT INTO sessions VALUES ('old', '{\"version\":0,\"id\":\"old\","
@@ -171,30 +174,20 @@ def _v1_database(path: Path) -> None:
     conn.close()
 
 
-async def test_v1_database_read_as_is_then_upgraded(tmp_path: Path) -> None:
+@pytest.mark.parametrize("read_only", [True, False])
+async def test_a_v1_database_is_refused_and_left_untouched(tmp_path: Path,
+                                                           read_only: bool) -> None:
+    """SPEC 12: bump-and-reject, no migration, whichever way it is opened."""
     path = tmp_path / "v1.db"
     _v1_database(path)
     before = path.read_bytes()
-    store = await SqliteEventStore.open(path, read_only=True)
-    try:
-        assert [s.id for s in await store.list_sessions()] == ["old"]
-        assert len(await store.load("old")) == 0
-        assert (await store.list_scoped("app")).sessions == []
-        assert await store.user_state("app", "u") == {}
-        with pytest.raises(ScopeConflict, match="schema-version-1"):
-            await store.get_state("old")
-    finally:
-        await store.close()
-    assert path.read_bytes() == before  # reading changed nothing
-    store = await SqliteEventStore.open(path)  # opening for writing upgrades it
-    try:
-        await store.set_scope("old", "app", "u", state={"k": 1}, at=6)
-        assert (await store.get_state("old")).session == {"k": 1}
-    finally:
-        await store.close()
+    with pytest.raises(VersionRefused, match="user_version"):
+        await SqliteEventStore.open(path, read_only=read_only)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v1.db"]
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
-    assert conn.execute("SELECT id FROM sessions").fetchall() == [("old",)]
+    assert conn.execute("PRAGMA user_version").fetchone() == (1,)
+    assert SCHEMA_VERSION == 2
 
 
 async def test_append_with_state_all_or_nothing(store: EventStore) -> None:

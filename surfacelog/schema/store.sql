@@ -31,9 +31,9 @@ CREATE TABLE events (
     PRIMARY KEY (session_id, seq)
 ) STRICT, WITHOUT ROWID;
 
--- Schema version 2 adds the three tables below (and nothing else): a version-1 file is
--- read as it is (no scopes, no state, no tombstones) and, when opened for writing,
--- upgraded in place by creating them (its rows are untouched).
+-- Schema version 2 added the three tables below. As for every version change (SPEC 12:
+-- bump-and-reject), a file of version 1 is refused and left untouched: export its
+-- sessions with the build that wrote it and import them here.
 
 -- The app and user a session belongs to (Google ADK's scoping), once per session.
 CREATE TABLE scopes (

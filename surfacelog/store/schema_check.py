@@ -23,14 +23,10 @@ from surfacelog.store.base import VersionRefused
 SCHEMA_VERSION: Final = 2
 """Bump with every change of ``store.sql``."""
 
-V1_OBJECTS: Final = frozenset({"sessions", "events"})
-"""The schema objects of schema version 1 (version 2 added ``scopes``, ``state``,
-``tombstones`` and an index, nothing else): a version-1 file is still *ours*."""
-
 APPLICATION_ID: Final = 0x53664C67
 """``PRAGMA application_id`` of surfacelog databases ("SfLg")."""
 
-FileState = Literal["new", "ours", "v1"]
+FileState = Literal["new", "ours"]
 
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 
@@ -126,34 +122,12 @@ def _statements() -> list[str]:
     return out
 
 
-def _v1_statement(statement: str) -> bool:
-    return any(f"CREATE TABLE {name} (" in statement for name in V1_OBJECTS)
-
-
 def _create(conn: sqlite3.Connection) -> None:
     """Run the DDL and set both pragmas (inside the caller's transaction, if any)."""
     for statement in _statements():
         conn.execute(statement)
     conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-
-def _upgrade_v1(conn: sqlite3.Connection) -> None:
-    """Add what version 2 added to a version-1 database (inside the caller's
-    transaction): the new tables and index, then ``user_version``. Rows untouched."""
-    for statement in _statements():
-        if not _v1_statement(statement):
-            conn.execute(statement)
-    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-
-@functools.cache
-def expected_v1_shape() -> SchemaShape:
-    """The shape of a database written by a schema-version-1 build."""
-    full = expected_shape()
-    return SchemaShape(full.application_id, 1,
-                       {name: obj for name, obj in full.objects.items()
-                        if name in V1_OBJECTS or obj.table in V1_OBJECTS})
 
 
 def differences(found: SchemaShape, expected: SchemaShape) -> list[str]:
@@ -185,14 +159,10 @@ def differences(found: SchemaShape, expected: SchemaShape) -> list[str]:
 
 
 def classify(found: SchemaShape, where: str) -> FileState:
-    """``"new"`` for a blank database, ``"ours"`` for an exact match, ``"v1"`` for an
-    exact match of schema version 1 (readable; upgraded when opened for writing,
-    see ``check_or_initialise``); otherwise raise
+    """``"new"`` for a blank database, ``"ours"`` for an exact match; otherwise raise
     ``VersionRefused`` listing what was found and what this build expects."""
     if found.is_blank:
         return "new"
-    if found.user_version == 1 and not differences(found, expected_v1_shape()):
-        return "v1"
     problems = differences(found, expected_shape())
     if not problems:
         return "ours"
@@ -250,9 +220,6 @@ def check_or_initialise(conn: sqlite3.Connection, where: str) -> FileState:
     """On the store's own connection: classify the database again (reads only) and, when
     it is blank, create our schema in one ``BEGIN IMMEDIATE`` transaction (re-checking
     inside it, so two processes initialising the same file at once cannot both create).
-    A schema-version-1 file is upgraded the same way: the tables version 2 added are
-    created empty and ``user_version`` set to 2, its rows untouched (a version-1 build
-    then refuses the file, as it refuses every file of another version).
 
     The connection must be in autocommit mode (``isolation_level=None``). Returns what
     the file was before the call. Raises ``VersionRefused``.
@@ -265,8 +232,6 @@ def check_or_initialise(conn: sqlite3.Connection, where: str) -> FileState:
         now = classify(read_shape(conn), where)
         if now == "new":
             _create(conn)
-        elif now == "v1":
-            _upgrade_v1(conn)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:

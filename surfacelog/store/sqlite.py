@@ -20,7 +20,6 @@ from surfacelog.store.base import EventStore, SessionInfo
 from surfacelog.store.connection import ConnectionThread
 from surfacelog.store.errors import (
     DatabaseNotFound,
-    ScopeConflict,
     SessionDeleted,
     SessionNotFound,
     StoreError,
@@ -57,15 +56,14 @@ def _prepare(where: str, synchronous: Synchronous, busy_timeout_ms: int,
     check_or_initialise(conn, where)
 
 
-def _prepare_read_only(where: str, busy_timeout_ms: int, conn: sqlite3.Connection) -> bool:
-    """Check the file; ``True`` when it has the schema-version-2 tables (scopes, state,
-    tombstones), ``False`` for a version-1 file (read as it is)."""
+def _prepare_read_only(where: str, busy_timeout_ms: int, conn: sqlite3.Connection) -> None:
+    """Check the file holds our store, of this schema version (SPEC 12: a file of any
+    other version is refused, never migrated). Raises ``StoreError``,
+    ``VersionRefused``."""
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-    state = classify(read_shape(conn), where)
-    if state == "new":
+    if classify(read_shape(conn), where) == "new":
         raise StoreError(f"{where} holds no surfacelog store (a blank database); "
                          f"nothing to read")
-    return state == "ours"
 
 
 def _in_transaction(conn: sqlite3.Connection, begin: str, work: Callable[[], T]) -> T:
@@ -81,10 +79,10 @@ def _in_transaction(conn: sqlite3.Connection, begin: str, work: Callable[[], T])
     return result
 
 
-def _read_session(session_id: str, since_seq: int, limit: int, bump: bool, scoped: bool,
+def _read_session(session_id: str, since_seq: int, limit: int, bump: bool,
                   conn: sqlite3.Connection) -> StoredSession | None:
     def work() -> StoredSession | None:
-        if scoped and scoped_sql.deleted(conn, session_id):
+        if scoped_sql.deleted(conn, session_id):
             raise SessionDeleted(f"session {session_id!r} is deleted")
         if bump:
             conn.execute("UPDATE sessions SET writer_epoch = writer_epoch + 1 WHERE id = ?",
@@ -99,11 +97,10 @@ def _read_session(session_id: str, since_seq: int, limit: int, bump: bool, scope
     return _in_transaction(conn, "BEGIN IMMEDIATE" if bump else "BEGIN", work)
 
 
-def _list_sessions(scoped: bool, conn: sqlite3.Connection) -> list[SessionInfo]:
-    live = (" WHERE NOT EXISTS (SELECT 1 FROM tombstones AS t WHERE t.session_id = id)"
-            if scoped else "")
+def _list_sessions(conn: sqlite3.Connection) -> list[SessionInfo]:
     rows = conn.execute("SELECT id, created_at, next_seq, last_time, writer_epoch"
-                        f" FROM sessions{live} ORDER BY id").fetchall()
+                        " FROM sessions WHERE NOT EXISTS (SELECT 1 FROM tombstones AS t"
+                        " WHERE t.session_id = id) ORDER BY id").fetchall()
     return [SessionInfo(*row) for row in rows]
 
 
@@ -136,11 +133,9 @@ class SqliteEventStore(EventStore):
     ``open_session``... come from ``EventStore``, the same for every backend.
     """
 
-    def __init__(self, path: Path, conn: ConnectionThread, writer: GroupWriter, *,
-                 scoped: bool = True) -> None:
+    def __init__(self, path: Path, conn: ConnectionThread, writer: GroupWriter) -> None:
         """Use ``open``."""
         self.path = path
-        self._scoped = scoped
         self._conn = conn
         self._writer = writer
         self._closed = False
@@ -188,9 +183,8 @@ class SqliteEventStore(EventStore):
         if (read_only or not create) and not path.exists():
             raise DatabaseNotFound(f"no database at {path}")
         await asyncio.to_thread(inspect_file, path)
-        scoped = True
         if read_only:
-            conn, scoped = await _open_read_only(path, busy_timeout_ms)
+            conn = await _open_read_only(path, busy_timeout_ms)
         else:
             try:
                 conn = await ConnectionThread.open(path)
@@ -204,7 +198,7 @@ class SqliteEventStore(EventStore):
         except BaseException:
             await conn.close()
             raise
-        return cls(path, conn, writer, scoped=scoped)
+        return cls(path, conn, writer)
 
     # -- the primitives (see ``EventStore``) ----------------------------------------------
 
@@ -270,7 +264,7 @@ class SqliteEventStore(EventStore):
         what = f"{'open' if bump else 'read'} session {session_id!r}"
         stored = await self._run(
             partial(_read_session, session_id, max(since, 0),
-                    _NO_LIMIT if limit is None else limit, bump, self._scoped), what)
+                    _NO_LIMIT if limit is None else limit, bump), what)
         if stored is None:
             raise SessionNotFound(f"session {session_id!r} is not stored")
         return stored
@@ -292,7 +286,7 @@ class SqliteEventStore(EventStore):
     async def list_sessions(self) -> list[SessionInfo]:
         """Every stored session, ordered by id (``length`` = committed events)."""
         self._check_open()
-        return await self._run(partial(_list_sessions, self._scoped), "list sessions")
+        return await self._run(_list_sessions, "list sessions")
 
     # -- scopes, state, deletion (see ``surfacelog.store.scoped``) ----------------------
     # A version-1 file opened read-only has none of them: it reads as having no scopes,
@@ -321,22 +315,18 @@ class SqliteEventStore(EventStore):
     async def scope_of(self, session_id: str) -> ScopedSession:
         """See ``EventStore.scope_of``."""
         self._check_open()
-        self._check_scoped(session_id)
         return await self._run(partial(scoped_sql.scope_of, session_id),
                                f"read the scope of session {session_id!r}")
 
     async def get_state(self, session_id: str) -> ScopedState:
         """See ``EventStore.get_state``."""
         self._check_open()
-        self._check_scoped(session_id)
         return await self._run(partial(scoped_sql.get_state, session_id),
                                f"read the state of session {session_id!r}")
 
     async def user_state(self, app_name: str, user_id: str) -> dict[str, Any]:
         """See ``EventStore.user_state``."""
         self._check_open()
-        if not self._scoped:
-            return {}
         return await self._run(partial(scoped_sql.user_state, app_name, user_id),
                                "read user state")
 
@@ -353,8 +343,6 @@ class SqliteEventStore(EventStore):
         """See ``EventStore.list_scoped``."""
         self._check_open()
         check_page(limit)
-        if not self._scoped:
-            return SessionPage([], None)
         return await self._run(partial(scoped_sql.list_scoped, app_name, user_id, after,
                                        limit), "list scoped sessions")
 
@@ -396,11 +384,6 @@ class SqliteEventStore(EventStore):
         if self._closed:
             raise StoreError(f"the store of {self.path} is closed")
 
-    def _check_scoped(self, session_id: str) -> None:
-        if not self._scoped:
-            raise ScopeConflict(f"session {session_id!r} has no app and user scope (a "
-                                f"schema-version-1 database opened read-only)")
-
     async def _run(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
         try:
             return await self._conn.run(fn)
@@ -408,7 +391,7 @@ class SqliteEventStore(EventStore):
             raise StoreError(f"{self.path}: {what} failed: {exc}") from exc
 
 
-async def _open_read_only(path: Path, busy_timeout_ms: int) -> tuple[ConnectionThread, bool]:
+async def _open_read_only(path: Path, busy_timeout_ms: int) -> ConnectionThread:
     """A ``mode=ro`` connection to ``path``, checked to hold our store; ``immutable``
     when the plain read-only open fails and no ``-wal`` file exists. Raises
     ``StoreError``, ``VersionRefused``."""
@@ -417,7 +400,8 @@ async def _open_read_only(path: Path, busy_timeout_ms: int) -> tuple[ConnectionT
     try:
         conn = await ConnectionThread.open(path, read_only=True)
         try:
-            return conn, await conn.run(prepare)
+            await conn.run(prepare)
+            return conn
         except BaseException:
             await conn.close()
             raise
@@ -430,14 +414,14 @@ async def _open_read_only(path: Path, busy_timeout_ms: int) -> tuple[ConnectionT
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open {path} read-only: {first}; {exc}") from exc
     try:
-        scoped = await conn.run(prepare)
+        await conn.run(prepare)
     except sqlite3.Error as exc:
         await conn.close()
         raise StoreError(f"cannot open {path} read-only: {exc}") from exc
     except BaseException:
         await conn.close()
         raise
-    return conn, scoped
+    return conn
 
 
 def sqlite_backend(path: str | Path, **options: Any) -> Callable[[], Awaitable[EventStore]]:
