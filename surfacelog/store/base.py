@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from typing import final
+from typing import TYPE_CHECKING, final
 
 from msgspec import Struct
 
@@ -38,6 +38,9 @@ from surfacelog.store.errors import (
 )
 from surfacelog.store.rows import NO_ROWS, EncodedBatch, decode_rows, encode_batch
 from surfacelog.store.stored import StoredSession, decode_header
+
+if TYPE_CHECKING:
+    from surfacelog.store.writer import CommitObserver
 
 
 class SessionInfo(Struct, frozen=True):
@@ -126,6 +129,10 @@ class EventStore(abc.ABC):
     def stats(self) -> dict[str, int]:
         """The backend's counters (commits, events written...); none by default."""
         return {}
+
+    def observe_commits(self, observer: CommitObserver | None) -> None:  # noqa: B027
+        """Tell ``observer`` about each group commit from now on (``None``: stop). A
+        backend without group commits reports none (the default)."""
 
     # -- built on the primitives, once for every backend ---------------------------------
 
