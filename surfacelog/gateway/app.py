@@ -270,6 +270,18 @@ def build_app(client: Client, auth: AuthConfig) -> FastAPI:
             raise unknown_outcome(exc) from exc
         return _json(wire.Events(list(logged), logged.seqs.stop))
 
+    @app.post("/v1/sessions/{session_id}/context", tags=["events"],
+              summary="Set the workspace context (idempotent)", response_class=Response,
+              responses=_ok("Events"), openapi_extra=_json_body("ContextBody"))
+    async def context(session_id: SessionId, request: Request) -> Response:
+        body: wire.ContextBody = wire.decode(await read_body(request), wire.ContextBody)
+        payload = body.payload()
+        handle = await sessions.existing(session_id)
+        event = await handle.set_context(payload)
+        if event is None:
+            return _json(wire.Events([], (await handle.surface()).length))
+        return _json(wire.Events([event], event.seq + 1))
+
     # -- reads ---------------------------------------------------------------------------
 
     @app.get("/v1/sessions/{session_id}/events", tags=["events"],
