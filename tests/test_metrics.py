@@ -115,7 +115,6 @@ async def test_metrics_are_scraped_from_rays_prometheus_export(tmp_path: Path) -
             found = {
                 shard: {
                     "events": total(samples, ray_name("append_events", True), shard=shard),
-                    "calls": total(samples, ray_name("append_calls", True), shard=shard),
                     "latency_count": total(samples, ray_name("append_latency") + "_count",
                                            shard=shard),
                     "commit_count": total(samples, ray_name("commit_events") + "_count",
@@ -137,8 +136,8 @@ async def test_metrics_are_scraped_from_rays_prometheus_export(tmp_path: Path) -
             }
             own, jnl = found[owner_shard], found[journal_shard]
             missing = [f"{s}: {k}" for s, f in found.items() for k, ok in (
-                ("events", f["events"] >= appended[s]), ("calls", f["calls"] >= appended[s]),
-                ("latency", f["latency_count"] >= appended[s]),
+                ("events", f["events"] >= appended[s]),
+                ("calls (the latency's count)", f["latency_count"] >= appended[s]),
                 ("commits", f["commit_count"] >= 1 and f["commit_latency"] >= 1),
                 ("commit events", f["commit_events"] >= appended[s]),
                 ("activations", f["activations"] >= 3), ("backlog", f["backlog_series"] >= 1),

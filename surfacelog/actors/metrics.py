@@ -33,7 +33,6 @@ BATCH_EVENTS_BOUNDARIES: Final = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0,
 
 NAMES: Final = {
     "append_events": "surfacelog_append_events",
-    "append_calls": "surfacelog_append_calls",
     "append_latency": "surfacelog_append_latency_ms",
     "commit_events": "surfacelog_commit_batch_events",
     "committed_events": "surfacelog_committed_events",
@@ -56,12 +55,10 @@ class Metrics:
     def __init__(self) -> None:
         self.append_events = Counter(
             NAMES["append_events"], "events appended by session actors", TAG_KEYS)
-        self.append_calls = Counter(
-            NAMES["append_calls"], "append requests served (a retried one included)",
-            TAG_KEYS)
         self.append_latency = Histogram(
             NAMES["append_latency"], "append request time in the session actor (ms), "
-            "the commit included when durable", LATENCY_MS_BOUNDARIES, TAG_KEYS)
+            "the commit included when durable; its count is the append requests served "
+            "(a retry found in the log included)", LATENCY_MS_BOUNDARIES, TAG_KEYS)
         self.commit_events = Histogram(
             NAMES["commit_events"], "events per group commit of a shard's writer",
             BATCH_EVENTS_BOUNDARIES, TAG_KEYS)
@@ -113,9 +110,9 @@ class Recorder:
         """One append request served: ``events`` appended by it (0 for a retry found in
         the log), in ``seconds``."""
         m, tags = self._m, self.tags
-        m.append_calls.inc(1, tags)
-        if events:
+        if events:  # a counter refuses an increment of 0
             m.append_events.inc(events, tags)
+        # The histogram's count is the calls' counter: one record less per request.
         m.append_latency.observe(seconds * 1000.0, tags)
 
     def committed(self, batches: int, events: int, seconds: float, queued: int) -> None:
