@@ -126,10 +126,9 @@ class Recorder:
         m.backlog.set(float(queued), self._queue("writer"))
 
     def commit_failed(self, batches: int, error: BaseException) -> None:
-        """A group commit of ``batches`` failed (``store.writer.CommitObserver``)."""
+        """A group commit of ``batches`` failed (``store.writer.CommitObserver``; the
+        store's logger has reported it)."""
         self.failed("commit")
-        log.warning("shard %s: a group commit of %d batches failed (%s); they stay "
-                    "queued", self.tags["shard"], batches, type(error).__name__)
 
     def buffered(self, batches: int) -> None:
         """A session actor's buffered batches not yet committed."""
