@@ -254,9 +254,12 @@ def test_run_via_http_drives_the_sessions_through_the_gateway_and_verifies(
     assert report["events"] > 0 and report["log_events"] >= report["events"]
     lat = report["append_latency_ms"]
     assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"]
-    # The same turns as through Ray: a run of the same seed over Ray logs as many events.
+    # The same scripted turns as through Ray: the same turns done, and about as many
+    # events (a workspace context is shown again when a compaction hid it, which depends
+    # on timing).
     over_ray = run_json(tmp_path / "ray.db", "--sessions", "3", "--turns", "2")
-    assert over_ray["events"] == report["events"]
+    assert over_ray["turns_done"] == report["turns_done"]
+    assert abs(over_ray["events"] - report["events"]) <= 0.05 * over_ray["events"]
 
 
 def test_run_via_http_needs_durable_appends() -> None:
