@@ -272,6 +272,25 @@ async def test_appends_and_retries_with_expected_seq_land_once(
     assert (await http.get(url, params={"since": 2, "limit": 1})).json()["next"] == 3
 
 
+async def test_context_replaces_the_previous_one_and_is_idempotent(
+        http: httpx.AsyncClient) -> None:
+    await _create(http, "context-1")
+    url = "/v1/sessions/context-1/context"
+    first = await http.post(url, json={"text": "workspace: a.py"})
+    assert first.status_code == 200, first.text
+    (event,) = first.json()["events"]
+    assert event["type"] == "context/message" and first.json()["next"] == event["seq"] + 1
+    again = await http.post(url, json={"text": "workspace: a.py"})
+    assert again.status_code == 200 and again.json()["events"] == []
+    second = await http.post(url, json={"text": "workspace: b.py"})
+    (replacing,) = second.json()["events"]
+    assert replacing["sourceEventSeqs"] == [event["seq"]]
+    surface = (await http.get("/v1/sessions/context-1/surface")).json()
+    assert surface["nodes"] == [replacing["seq"]]
+    both = await http.post(url, json={"text": "x", "message": {"role": "user"}})
+    assert both.status_code == 400
+
+
 async def test_typed_errors_map_to_problems(http: httpx.AsyncClient) -> None:
     await _create(http, "errors-1")
     url = "/v1/sessions/errors-1/events"

@@ -29,6 +29,7 @@ from surfacelog.actors.config import (
     Writer,
 )
 from surfacelog.actors.journal import RemoteJournal, flush_journal, journal_name
+from surfacelog.actors.metrics import Recorder
 from surfacelog.actors.protocol import (
     ActorStats,
     CompactionRequest,
@@ -381,7 +382,8 @@ def start_writer(config: HostingConfig, shard: Shard) -> Any:
         name=journal_name(shard.path), namespace=NAMESPACE, get_if_exists=True,
         lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,
         max_concurrency=_MAX_CONCURRENCY, resources=shard.pin,
-    ).remote(store_backend(shard.path, **config.store_options))
+    ).remote(store_backend(shard.path, **config.store_options),
+             Recorder(config.placement, config.writer, shard.name))
 
 
 def connect(address: str | None = None, db: str = "surfacelog.db", *,

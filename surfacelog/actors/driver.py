@@ -13,13 +13,13 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 import ray
 from ray.exceptions import RayActorError
 
-from surfacelog.actors.client import SessionHandle, connect
+from surfacelog.actors.client import Client, connect
 from surfacelog.actors.config import HostingConfig
 from surfacelog.actors.protocol import (
     Conflict,
@@ -29,9 +29,11 @@ from surfacelog.actors.protocol import (
 )
 from surfacelog.actors.script import AgentScript, ScriptConfig
 from surfacelog.schema.errors import SurfacelogError
-from surfacelog.session import AppendSpec
+from surfacelog.schema.events import Event
+from surfacelog.session import AppendSpec, SurfaceSnapshot
 from surfacelog.session.turns import last_turn_boundary
 from surfacelog.store.base import CommitFailed, StoreError
+from surfacelog.store.shards import Shard
 
 MAX_RESENDS = 50
 OUTAGE_BUDGET_S = 180.0
@@ -43,6 +45,37 @@ T = TypeVar("T")
 OUTAGE_ERRORS: tuple[type[BaseException], ...] = (ShardUnavailable, RayActorError,
                                                   CommitFailed)
 """What a request may meet while its shard's node is lost or its actors restart."""
+
+
+class DriverClient(Protocol):
+    """What a driver needs of a client (``Client``, or the gateway's HTTP client)."""
+
+    resent: int
+    retry_for_s: float
+
+    async def shard_of(self, session_id: str) -> Shard: ...
+
+
+class DriverHandle(Protocol):
+    """The calls a driver makes on a session (``SessionHandle``, or one over HTTP)."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def client(self) -> DriverClient: ...
+
+    async def append_batch(self, specs: Sequence[AppendSpec],
+                           expected_seq: int | None = None) -> LoggedEvents: ...
+
+    async def events(self, since_seq: int = 0, limit: int | None = None) -> list[Event]: ...
+
+    async def surface(self) -> SurfaceSnapshot: ...
+
+    async def set_context(self, body: str | dict[str, Any], *,
+                          plugin: str = ...) -> Event | None: ...
+
+    async def flush(self) -> None: ...
 
 
 class TurnInterrupted(SurfacelogError):
@@ -124,7 +157,7 @@ class DriverProgress(msgspec.Struct):
 class SessionDriver:
     """Drives one session's turns through a handle; shares a progress record."""
 
-    def __init__(self, handle: SessionHandle, script: AgentScript, progress: DriverProgress,
+    def __init__(self, handle: DriverHandle, script: AgentScript, progress: DriverProgress,
                  started: float) -> None:
         self.handle = handle
         self.script = script
@@ -337,10 +370,20 @@ class DriverActor:
         """``retry_for_s``: the client's retry window (``Client.retry_for_s``) once the
         sessions are activated, after which a request whose shard does not answer is
         refused with ``ShardUnavailable`` and counted as such (default: the client's)."""
-        self._client = connect(config=hosting)
+        self._setup(connect(config=hosting), config, retry_for_s)
+
+    def _setup(self, client: DriverClient, config: ScriptConfig,
+               retry_for_s: float | None) -> None:
+        self._client = client
         self._retry_for_s = retry_for_s
         self._config = config
         self._progress = DriverProgress()
+
+    def handle(self, session_id: str) -> DriverHandle:
+        """The handle the driver drives ``session_id`` through."""
+        client = self._client
+        assert isinstance(client, Client)
+        return client.session(session_id)
 
     async def run(self, session_ids: Sequence[str], turns: int,
                   started: float | None = None) -> DriverProgress:
@@ -348,7 +391,7 @@ class DriverActor:
         that fails is counted in ``errors`` and the others go on."""
         t0 = time.time() if started is None else started
         self._progress.sessions += len(session_ids)
-        drivers = [SessionDriver(self._client.session(sid), AgentScript(sid, self._config),
+        drivers = [SessionDriver(self.handle(sid), AgentScript(sid, self._config),
                                  self._progress, t0) for sid in session_ids]
         # Every session is activated first, within the client's default retry window:
         # starting the actors' processes may take longer than the short window that

@@ -35,6 +35,7 @@ import ray
 
 from surfacelog.actors.config import NAMESPACE as NAMESPACE
 from surfacelog.actors.config import db_key
+from surfacelog.actors.metrics import Recorder
 from surfacelog.actors.protocol import (
     BatchPayload,
     decode_stored,
@@ -141,16 +142,22 @@ class JournalActor:
     plugs in through the opener alone.
     """
 
-    def __init__(self, open_backend: BackendOpener) -> None:
+    def __init__(self, open_backend: BackendOpener,
+                 metrics: Recorder | None = None) -> None:
+        """``metrics``: where the backend's group commits are recorded (commit batch
+        size and latency, queued batches, failed commits)."""
         self._open_backend = open_backend
         self._store: EventStore | None = None
         self._opening = asyncio.Lock()
+        self._metrics = metrics
 
     async def _get(self) -> EventStore:
         if self._store is None:
             async with self._opening:
                 if self._store is None:
-                    self._store = await self._open_backend()
+                    store = await self._open_backend()
+                    store.observe_commits(self._metrics)
+                    self._store = store
         return self._store
 
     async def backend(self) -> EventStore:
@@ -260,8 +267,12 @@ class JournalStore(EventStore):
     so run here, in the session actor, not in the journal."""
 
     def __init__(self, journal: Any, ship_delay_s: float = SHIP_DELAY_S,
-                 max_buffered_events: int = MAX_BUFFERED_EVENTS) -> None:
+                 max_buffered_events: int = MAX_BUFFERED_EVENTS,
+                 metrics: Recorder | None = None) -> None:
+        """``metrics``: where the buffered backlog and refused buffered batches are
+        recorded."""
         self._journal = journal
+        self._metrics = metrics
         self._ship_delay_s = ship_delay_s
         self._max_buffered = max_buffered_events
         self._queue: list[tuple[str, BatchPayload, int, int]] = []
@@ -382,6 +393,8 @@ class JournalStore(EventStore):
                     await asyncio.wait_for(self._urgent.wait(), self._ship_delay_s)
             self._urgent.clear()
             batches, self._queue = self._queue, []
+            if self._metrics is not None:
+                self._metrics.buffered(len(batches))
             resend, self._queued_resend = self._queued_resend, False
             self._queued_events = 0
             wire = [(sid, payload, epoch) for sid, payload, epoch, _ in batches]
@@ -390,8 +403,13 @@ class JournalStore(EventStore):
             except Exception as exc:  # the journal is unreachable: fail every batch
                 results = [exc] * len(batches)
             for (sid, _payload, _epoch), result in zip(wire, results, strict=True):
-                if result is not None and sid not in self._failed:
-                    self._failed[sid] = result
+                if result is not None:
+                    if self._metrics is not None:
+                        self._metrics.failed("buffered", sid, result)
+                    if sid not in self._failed:
+                        self._failed[sid] = result
+            if self._metrics is not None:
+                self._metrics.buffered(len(self._queue))
             self._buffered_events -= sum(count for *_, count in batches)
             if self._buffered_events < self._max_buffered:
                 self._room.set()

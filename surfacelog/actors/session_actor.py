@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -22,11 +23,13 @@ import ray
 from surfacelog.actors.config import NAMESPACE, Durability, HostingConfig, Placement
 from surfacelog.actors.journal import JournalActor, JournalStore, journal_name
 from surfacelog.actors.live import RELOAD, LiveSession
+from surfacelog.actors.metrics import Recorder
 from surfacelog.actors.protocol import (
     ActorStats,
     AppendReply,
     BatchPayload,
     CompactionRequest,
+    Conflict,
     EventsPayload,
     MessagesPayload,
     PruneRequest,
@@ -69,13 +72,15 @@ class SessionActor:
         path = config.shards.get(shard).path
         self._owner: JournalActor | None = None
         self._store: EventStore
+        self._metrics = Recorder(config.placement, config.writer, shard)
         if config.writer == "owner":
             # This actor is the shard's one writer: the journal's code runs in-process,
             # and an append commits without a second Ray call.
-            self._owner = JournalActor(store_backend(path, **config.store_options))
+            self._owner = JournalActor(store_backend(path, **config.store_options),
+                                       self._metrics)
         else:
             journal = ray.get_actor(journal_name(path), namespace=NAMESPACE)
-            self._store = JournalStore(journal)
+            self._store = JournalStore(journal, metrics=self._metrics)
         self._placement: Placement = config.placement
         self._durability: Durability = config.durability
         self._idle_timeout_s = config.idle_timeout_s
@@ -136,6 +141,7 @@ class SessionActor:
                                                   durability=self._durability, create=create)
                 self._sessions[session_id] = live
                 self._activations += 1
+                self._metrics.activated(session_id)
                 self._start_reaper()
             return live
 
@@ -150,9 +156,17 @@ class SessionActor:
                 # write: activate again, once.
                 if live.closed not in ("passivated", RELOAD) or attempt:
                     raise
-            except WriterFenced:
+            except WriterFenced as exc:
                 self._fenced.add(session_id)
                 self._sessions.pop(session_id, None)
+                self._metrics.failed("fenced", session_id, exc)
+                raise
+            except Conflict:
+                self._metrics.conflict()
+                raise
+            except Exception as exc:
+                if live.closed == RELOAD:  # this request's write has an unknown outcome
+                    self._metrics.failed("write", session_id, exc)
                 raise
         raise AssertionError("unreachable")
 
@@ -191,9 +205,11 @@ class SessionActor:
                     except Exception as exc:  # the live is closed regardless
                         self._failed_passivations.append(failure_line(sid, exc))
                         del self._failed_passivations[:-20]
+                        self._metrics.failed("passivation", sid, exc)
                     if self._sessions.get(sid) is live:
                         del self._sessions[sid]
                         self._passivations += 1
+                        self._metrics.passivated(sid)
                         if self._placement == "dedicated" and not self._sessions:
                             # Its one session went idle: free the process. The next
                             # request creates a new actor under the same name.
@@ -214,19 +230,27 @@ class SessionActor:
 
     async def append(self, session_id: str, spec: AppendSpec,
                      expected_seq: int | None = None) -> Event:
-        events = await self._run(session_id, lambda h: h.append_batch([spec], expected_seq))
+        events = await self.append_batch(session_id, [spec], expected_seq)
         return events[0]
 
     async def append_batch(self, session_id: str, specs: Sequence[AppendSpec],
                            expected_seq: int | None = None) -> list[Event]:
-        return await self._run(session_id, lambda h: h.append_batch(specs, expected_seq))
+        started = time.perf_counter()
+        events, appended = await self._run(session_id, lambda h: h.append_request(
+            specs, expected_seq))
+        self._metrics.appended(len(events) if appended else 0,
+                               time.perf_counter() - started)
+        return events
 
     async def append_wire(self, request: bytes) -> AppendReply:
         """``append_batch`` of an ``encode_append`` request, answered by
         ``append_reply``. What ``SessionHandle`` uses: one argument, no pickling."""
+        started = time.perf_counter()
         req = decode_append(request)
         events, appended = await self._run(req.session_id, lambda h: h.append_request(
             req.specs, req.expected_seq, owned=True))
+        self._metrics.appended(len(events) if appended else 0,
+                               time.perf_counter() - started)
         return append_reply(events, appended)
 
     async def events(self, session_id: str, since_seq: int = 0,
@@ -306,7 +330,12 @@ class SessionActor:
         if live is None:
             return False
         self._passivations += 1
-        await live.passivate()
+        self._metrics.passivated(session_id)
+        try:
+            await live.passivate()
+        except Exception as exc:
+            self._metrics.failed("passivation", session_id, exc)
+            raise
         return True
 
     async def actor_stats(self) -> ActorStats:

@@ -30,7 +30,8 @@ def _report_table(report: dict[str, Any]) -> Table:
     comp, prunes = report["compactions"], report["prunes"]
     table = Table("metric", "value", title="surfacelog run")
     rows = [
-        ("sessions", f"{report['sessions']} ({report['placement']}, {report['durability']})"),
+        ("sessions", f"{report['sessions']} ({report['placement']}, {report['durability']}"
+                     + (", through the HTTP gateway)" if report["via"] == "http" else ")")),
         ("turns done / interrupted", f"{report['turns_done']} / {report['turns_interrupted']}"),
         ("events appended", str(report["events"])),
         ("events/s", str(report["events_per_s"])),

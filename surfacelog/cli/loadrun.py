@@ -12,8 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import random
+import secrets
+import socket
 import statistics
 import subprocess
 import sys
@@ -41,9 +44,15 @@ from surfacelog.actors.retry import Backoff, through_restarts
 from surfacelog.actors.script import ScriptConfig
 from surfacelog.cli.localcluster import LocalCluster, node_chaos, shard_files
 from surfacelog.cli.runmodel import NodeKill, RunConfig, RunResult, Sample
+from surfacelog.gateway.auth import AuthConfig, parse_grants
+from surfacelog.gateway.deployment import start_gateway, stop_gateway
+from surfacelog.gateway.httpclient import RemoteHttpDriver
 from surfacelog.schema.errors import SurfacelogError
 from surfacelog.session.digest import SessionDigest, digest
 from surfacelog.store.base import StoreError
+
+log = logging.getLogger("surfacelog.cli")
+"""The CLI layer's logger."""
 
 
 def store_bytes(db: str) -> int:
@@ -223,8 +232,16 @@ async def run_workload(cfg: RunConfig,
         hosting, retry_for_s, compact_at=cfg.compact_at, prune_over=cfg.prune_over)
     await asyncio.gather(compactor.manage.remote(ids), pruner.manage.remote(ids))
     n_drivers = max(1, min(cfg.drivers, len(ids)))
-    drivers = [RemoteDriver.options(**opts).remote(hosting, script, retry_for_s)
-               for _ in range(n_drivers)]
+    gateway_url: str | None = None
+    if cfg.via == "http":
+        gateway_url, token = await asyncio.get_running_loop().run_in_executor(
+            None, start_run_gateway, hosting)
+        drivers = [RemoteHttpDriver.options(**opts).remote(hosting, script, gateway_url,
+                                                           token, retry_for_s)
+                   for _ in range(n_drivers)]
+    else:
+        drivers = [RemoteDriver.options(**opts).remote(hosting, script, retry_for_s)
+                   for _ in range(n_drivers)]
     started = time.time()
     cpu_before = cpu_by_process() if cfg.address is None else None
     await asyncio.gather(compactor.start.remote(0.3), pruner.start.remote(0.3))
@@ -295,6 +312,8 @@ async def run_workload(cfg: RunConfig,
     finally:
         for actor in (*drivers, compactor, pruner):
             ray.kill(actor)
+        if gateway_url is not None:
+            await asyncio.get_running_loop().run_in_executor(None, stop_gateway)
         await asyncio.get_running_loop().run_in_executor(None, client.shutdown)
     merged = _merge(parts)
     merged.errors += n_drivers - len(parts)
@@ -309,6 +328,20 @@ async def run_workload(cfg: RunConfig,
                      cpu_s, shard_nodes=shard_nodes, shard_map=shard_map_file,
                      node_kills=node_kills,
                      auth_mode=None if cluster is None else cluster.auth_mode)
+
+
+def start_run_gateway(hosting: HostingConfig) -> tuple[str, str]:
+    """Start the HTTP gateway over ``hosting`` on a free loopback port, with a token
+    made for this run (never printed); returns its URL and the token. Raises what
+    ``start_gateway`` raises."""
+    token = secrets.token_hex(24)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    auth = AuthConfig(parse_grants(token, "the run's generated token"))
+    url = start_gateway(hosting, auth, host="127.0.0.1", port=port)
+    log.info("gateway of the run at %s", url)
+    return url, token
 
 
 def _prober(client: Client, ids: list[str]) -> Callable[[str], Awaitable[None]]:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 Placement = Literal["packed", "dedicated"]
 Durability = Literal["durable", "buffered"]
 Writer = Literal["journal", "owner"]
+Via = Literal["ray", "http"]
 WriterChoice = Literal["auto", "journal", "owner"]
 
 AppendMode = Literal["batch", "chunk"]
@@ -102,12 +103,20 @@ class RunConfig:
     node_down_s: Annotated[float, Option(
         "--node-down", min=0.0,
         help="node chaos: how long a removed node stays down")] = 2.0
+    via: Annotated[Via, Option(
+        help="ray: the drivers call the session actors; http: the run starts the HTTP "
+             "gateway (Ray Serve, loopback, a token of its own) and the drivers append "
+             "through it with expectedSeq (durable only)")] = "ray"
     as_json: Annotated[bool, Option("--json", help="machine-readable output")] = False
 
     def __post_init__(self) -> None:
         if self.writer == "owner" and self.placement != "packed":
             raise BadParameter("--writer owner hosts a shard's sessions in one actor: it "
                                "needs --placement packed", param_hint="'--writer'")
+        if self.via == "http" and self.durability != "durable":
+            raise BadParameter("--via http drives durable sessions: the gateway "
+                               "acknowledges an append once committed and has no flush",
+                               param_hint="'--via'")
         if not self.local_nodes:
             for given, flag in ((self.shards is not None, "--shards"),
                                 (self.kill_node_every_s > 0, "--kill-node-every")):
@@ -284,6 +293,7 @@ class RunResult:
             "placement": self.config.placement,
             "durability": self.config.durability,
             "writer": self.config.hosting_writer,
+            "via": self.config.via,
             "turns_done": p.turns_done,
             "turns_interrupted": p.turns_interrupted,
             "events": p.events,

@@ -13,6 +13,7 @@ remembered (a stored session is never removed), so that lookup happens once per 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Final
@@ -57,6 +58,10 @@ FOLLOW_DEFAULT_S: Final = 300.0
 FOLLOW_MAX_S: Final = 3_600.0
 _KNOWN_KEPT: Final = 100_000
 MAX_BODY_BYTES: Final = 32 * 1024 * 1024
+
+log: Final = logging.getLogger("surfacelog.gateway")
+"""The gateway layer's logger: answers of 5xx (method, path, problem type; never a token
+or a body)."""
 
 _bearer = HTTPBearer(auto_error=False, description="a configured gateway token")
 
@@ -182,13 +187,20 @@ def build_app(client: Client, auth: AuthConfig) -> FastAPI:
 
     # -- errors --------------------------------------------------------------------------
 
+    def answer(request: Request, exc: SurfacelogError | RayActorError) -> Response:
+        reply = problem_for(exc)
+        if reply.status >= 500:
+            log.warning("%s %s: %d %s (%s)", request.method, request.url.path,
+                        reply.status, reply.body["type"], type(exc).__name__)
+        return _problem_response(reply)
+
     @app.exception_handler(SurfacelogError)
-    async def on_error(_: Request, exc: SurfacelogError) -> Response:
-        return _problem_response(problem_for(exc))
+    async def on_error(request: Request, exc: SurfacelogError) -> Response:
+        return answer(request, exc)
 
     @app.exception_handler(RayActorError)
-    async def on_actor_error(_: Request, exc: RayActorError) -> Response:
-        return _problem_response(problem_for(exc))
+    async def on_actor_error(request: Request, exc: RayActorError) -> Response:
+        return answer(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(_: Request, exc: RequestValidationError) -> Response:
@@ -269,6 +281,18 @@ def build_app(client: Client, auth: AuthConfig) -> FastAPI:
         except RayActorError as exc:
             raise unknown_outcome(exc) from exc
         return _json(wire.Events(list(logged), logged.seqs.stop))
+
+    @app.post("/v1/sessions/{session_id}/context", tags=["events"],
+              summary="Set the workspace context (idempotent)", response_class=Response,
+              responses=_ok("Events"), openapi_extra=_json_body("ContextBody"))
+    async def context(session_id: SessionId, request: Request) -> Response:
+        body: wire.ContextBody = wire.decode(await read_body(request), wire.ContextBody)
+        payload = body.payload()
+        handle = await sessions.existing(session_id)
+        event = await handle.set_context(payload)
+        if event is None:
+            return _json(wire.Events([], (await handle.surface()).length))
+        return _json(wire.Events([event], event.seq + 1))
 
     # -- reads ---------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from surfacelog.schema.events import Event, surface_op_from_json
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session import AppendSpec, SurfaceSnapshot
 from surfacelog.session.compaction import CompactionRequest, PruneRequest
+from surfacelog.session.context import DEFAULT_PLUGIN, context_message
 from surfacelog.store.base import SessionInfo
 
 MAX_BATCH: Final = 10_000
@@ -55,6 +56,27 @@ class AppendBatch(Struct, rename="camel", forbid_unknown_fields=True):
 
     events: list[EventSpec]
     expected_seq: int | None = None
+
+
+class ContextBody(Struct, rename="camel", forbid_unknown_fields=True):
+    """``POST /v1/sessions/{id}/context``: the workspace context the model sees, as a
+    text (wrapped as ``plugin``'s context message) or a context message. It replaces
+    the plugin's previous context node; sending the same context again appends
+    nothing."""
+
+    text: str | None = None
+    message: dict[str, Any] | None = None
+    plugin: str = DEFAULT_PLUGIN
+
+    def payload(self) -> dict[str, Any]:
+        """The context message. Raises ``BadRequest`` unless exactly one of ``text``
+        and ``message`` is given."""
+        if (self.text is None) == (self.message is None):
+            raise BadRequest("a context body has exactly one of text and message")
+        if self.message is not None:
+            return self.message
+        assert self.text is not None
+        return context_message(self.text, plugin=self.plugin)
 
 
 class CreateSession(Struct, rename="camel", forbid_unknown_fields=True):
@@ -175,7 +197,8 @@ class Problem(Struct, rename="camel", omit_defaults=True):
     code: str | UnsetType = UNSET
 
 
-REQUESTS: Final = (AppendOne, AppendBatch, CreateSession, ForkBody, CompactBody, PruneBody)
+REQUESTS: Final = (AppendOne, AppendBatch, ContextBody, CreateSession, ForkBody, CompactBody,
+                   PruneBody)
 REPLIES: Final = (Events, Surface, Messages, SessionPage, Created, Problem, SessionHeader)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 from msgspec import Struct
 
@@ -42,6 +42,9 @@ from surfacelog.store.errors import (
 from surfacelog.store.rows import NO_ROWS, EncodedBatch, decode_rows, encode_batch
 from surfacelog.store.scoped import ScopedSession, ScopedState, SessionPage
 from surfacelog.store.stored import StoredSession, decode_header
+
+if TYPE_CHECKING:
+    from surfacelog.store.writer import CommitObserver
 
 
 class SessionInfo(Struct, frozen=True):
@@ -199,6 +202,10 @@ class EventStore(abc.ABC):
         tombstone (its id is free again). Raises ``SessionNotFound`` (not stored),
         ``StoreError`` (stored but not deleted: delete it first)."""
         raise self._unsupported("deletion")
+
+    def observe_commits(self, observer: CommitObserver | None) -> None:  # noqa: B027
+        """Tell ``observer`` about each group commit from now on (``None``: stop). A
+        backend without group commits reports none (the default)."""
 
     # -- built on the primitives, once for every backend ---------------------------------
 

@@ -34,7 +34,7 @@ from surfacelog.store.scoped import (
     split_delta,
 )
 from surfacelog.store.stored import StoredSession
-from surfacelog.store.writer import GroupWriter, NewSession
+from surfacelog.store.writer import CommitObserver, GroupWriter, NewSession
 
 Synchronous = Literal["FULL", "NORMAL"]
 T = TypeVar("T")
@@ -365,6 +365,10 @@ class SqliteEventStore(EventStore):
         """The writer's counters (see ``WriterStats``): ``commits`` (group commits),
         ``batches`` and ``events`` they wrote, ``failed_commits``, ``queued_batches``."""
         return msgspec.structs.asdict(self._writer.stats())
+
+    def observe_commits(self, observer: CommitObserver | None) -> None:
+        """Tell ``observer`` about each group commit of the writer."""
+        self._writer.observer = observer
 
     async def close(self) -> None:
         """Flush and release the database. The connection is closed even when the flush

@@ -36,11 +36,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
+import time
 from collections import deque
 from collections.abc import Sequence
 from functools import partial
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from msgspec import Struct
 
@@ -70,6 +72,22 @@ _CREATE = (
 )
 _ROW_ERRORS = (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.ProgrammingError,
                OverflowError)
+
+
+log = logging.getLogger("surfacelog.store")
+"""The store layer's logger: failed commits (warning). Never rows or payloads."""
+
+
+class CommitObserver(Protocol):
+    """Told about every group commit (metrics, say), on the writer's event loop; must
+    be cheap and must not raise."""
+
+    def committed(self, batches: int, events: int, seconds: float, queued: int) -> None:
+        """A group of ``batches`` holding ``events`` committed in ``seconds``;
+        ``queued`` batches remain queued."""
+
+    def commit_failed(self, batches: int, error: BaseException) -> None:
+        """The commit of a group of ``batches`` failed with ``error``."""
 
 
 class NewSession(NamedTuple):
@@ -261,6 +279,8 @@ class GroupWriter:
         self._closing = False
         self._broken: BaseException | None = None
         self._commits = self._batches = self._events = self._failed_commits = 0
+        self.observer: CommitObserver | None = None
+        """Told about each group commit (``CommitObserver``)."""
         self._task = asyncio.get_running_loop().create_task(self._loop())
         self._task.add_done_callback(self._on_task_done)
 
@@ -402,12 +422,17 @@ class GroupWriter:
             await self._linger()
             while self._queue:
                 group = self._take_group()
+                started = time.perf_counter()
                 try:
                     outcomes = await self._conn.run(partial(commit_group, group))
                 except Exception as exc:  # every failure of the commit is reported
                     self._commit_failed(group, exc)
                     break
                 self._committed(group, outcomes)
+                if self.observer is not None:
+                    self.observer.committed(
+                        len(group), sum(len(item.batch.rows) for item in group),
+                        time.perf_counter() - started, len(self._queue))
             else:
                 self._urgent.clear()  # all committed: the next batch may linger again
 
@@ -451,6 +476,10 @@ class GroupWriter:
 
     def _commit_failed(self, group: list[PendingBatch], exc: Exception) -> None:
         self._failed_commits += 1
+        log.warning("a group commit of %d batches failed: %s", len(group),
+                    type(exc).__name__)
+        if self.observer is not None:
+            self.observer.commit_failed(len(group), exc)
         message = (f"group commit of {len(group)} batch(es) failed: {exc}; the batches stay "
                    f"queued in order and are retried at the next append or flush"
                    if self._keep_failed else
