@@ -30,7 +30,8 @@ from surfacelog.schema.dsh import (
     zstd_lines,
 )
 from surfacelog.schema.errors import DecodeError, InvalidArgument, LineTooLong
-from surfacelog.schema.events import Event, surface_op_from_json
+from surfacelog.schema.events import Event, ReplaceOp, surface_op_from_json
+from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.header import SessionHeader, header_from_json, header_to_json
 from surfacelog.schema.limits import (
     MAX_LINE_BYTES,
@@ -169,55 +170,144 @@ def _slow_line(line: bytes, where: str) -> Event:
     return decode_event(line, where)
 
 
+_BLOCK_LINES: Final = 4096
+"""Lines decoded per msgspec call by ``decode_records``'s bulk path."""
+_RAWS_DECODER: Final = msgspec.json.Decoder(list[Raw])
+_EVENTS_DECODER: Final = msgspec.json.Decoder(list[Event])
+
+
+def _line_events(n: int, line: bytes, unit: str, notes: ReadNotes) -> list[Event]:
+    """The events of one non-blank event line (one, or a packed row's expansion): the
+    per-line path, which names the line of any error."""
+    try:
+        if b"-0" not in line:
+            try:
+                event = _EVENT_DECODER.decode(line)
+            except msgspec.DecodeError:
+                if is_packed_row(line):
+                    expanded = expand_packed_row(line, f"{unit} {n}")
+                    notes.packed_rows += 1
+                    return expanded
+                event = _slow_line(line, f"{unit} {n}")
+        elif is_packed_row(line):
+            expanded = expand_packed_row(line, f"{unit} {n}")
+            notes.packed_rows += 1
+            return expanded
+        else:
+            event = _slow_line(line, f"{unit} {n}")
+        if line.count(b"[") + line.count(b"{") > MAX_NESTING and \
+                nesting_depth(event.data) > MAX_NESTING:
+            raise nesting_error(event.type, event.seq, prefix=f"{unit} {n}: ")
+    except RecursionError as exc:  # msgspec's own limit, far past ours
+        raise nesting_error(None, None, prefix=f"{unit} {n}: ") from exc
+    return [event]
+
+
+def _may_hold_minus_zero(event: Event) -> bool:
+    """Whether an integer of the envelope is ``0`` (which the strict decoder also reads
+    from ``-0``, where the per-line path reads ``-0.0`` for the rules to refuse)."""
+    if event.seq == 0 or event.time == 0:
+        return True
+    seqs = event.source_event_seqs
+    if seqs is not UNSET and 0 in seqs:
+        return True
+    op = event.surface_op
+    return isinstance(op, ReplaceOp) and (op.start == 0 or op.end == 0)
+
+
+def _bulk_events(lines: list[bytes]) -> list[Event] | None:
+    """The events of ``lines`` (each a non-blank event line) decoded in two msgspec
+    calls over the lines joined into one JSON array, or ``None`` when that cannot stand
+    for decoding each line on its own (a line that is not one JSON object, is not a
+    valid event, is a packed row...): the caller then takes the per-line path, which
+    names the line and rule of the error exactly as before.
+
+    Joining alone would accept an event split over two lines; the array's elements are
+    therefore also read as raw JSON and each must be exactly as long as its line. With
+    nothing but one comma between lines, that means every element is exactly one line.
+    """
+    joined = b",".join(lines)
+    if joined[:1] != b"{" or joined[-1:] != b"}" or \
+            joined.count(b"},{") < len(lines) - 1:
+        return None
+    doc = b"[" + joined + b"]"
+    try:
+        raws = _RAWS_DECODER.decode(doc)
+        if len(raws) != len(lines) or list(map(len, raws)) != list(map(len, lines)):
+            return None
+        return _EVENTS_DECODER.decode(doc)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+
+
+def _decode_block(block: list[tuple[int, bytes]], unit: str, notes: ReadNotes,
+                  events: list[Event]) -> None:
+    """Append the events of ``block`` (physical lines after the first non-blank one) to
+    ``events``: in bulk when every line is an ordinary event line, else line by line.
+    Either way the same events, and the same first error."""
+    if not block:
+        return
+    lines = [line for _, line in block]
+    bulk = _bulk_events(lines)
+    if bulk is None:
+        for n, line in block:
+            if line.strip():
+                events.extend(_line_events(n, line, unit, notes))
+        return
+    # The lines the per-line path reads differently: data possibly nested too deep,
+    # and ``-0`` where the envelope holds a 0. Every other line decoded as it would
+    # alone, so the first error of the block is the first of these to fail.
+    again = [k for k, line in enumerate(lines)
+             if line.count(b"[") + line.count(b"{") > MAX_NESTING]
+    if any(b"-0" in line for line in lines):
+        again.extend(k for k, line in enumerate(lines)
+                     if b"-0" in line and _may_hold_minus_zero(bulk[k]))
+        again = sorted(set(again))
+    for k in again:
+        n, line = block[k]
+        (bulk[k],) = _line_events(n, line, unit, notes)
+    events.extend(bulk)
+
+
 def decode_records(numbered: Iterable[tuple[int, bytes]], notes: ReadNotes | None = None,
                    *, unit: str = "line") -> LogFile:
     """Decode physical lines (line numbers count blank lines, so that an error names
     the line an editor shows): an optional header line, then one event per non-blank
-    line. Each line is decoded on its own: decoding the lines joined into one JSON
-    array would accept an event split over two lines, which is not JSONL. A line with
-    more opening brackets than ``MAX_NESTING`` has its data's depth checked. A DSH
+    line. Each line is decoded as on its own: blocks of lines are decoded in one msgspec
+    call where that is provably the same (``_bulk_events``), else line by line. A line
+    with more opening brackets than ``MAX_NESTING`` has its data's depth checked. A DSH
     packed chunk row stands for the events it expands to (``dsh.expand_packed_row``).
     ``unit`` is how errors name a record (``line 5``; a database reader says ``seq``)."""
     notes = ReadNotes() if notes is None else notes
     header: SessionHeader | None = None
     events: list[Event] = []
-    append = events.append
-    decode = _EVENT_DECODER.decode
-    first = True
-    n = 0
-    try:
-        for n, line in numbered:
-            if not line.strip():
-                continue
-            if first:
-                first = False
-                if _is_header_line(line):
-                    try:
-                        header = header_from_json(JSON_DECODER.decode(line), dsh_line=True)
-                    except DecodeError as exc:
-                        raise exc.with_prefix(f"{unit} {n}: ") from exc
-                    continue
-            if b"-0" not in line:
-                try:
-                    event = decode(line)
-                except msgspec.DecodeError:
-                    if is_packed_row(line):
-                        events.extend(expand_packed_row(line, f"{unit} {n}"))
-                        notes.packed_rows += 1
-                        continue
-                    event = _slow_line(line, f"{unit} {n}")
-            elif is_packed_row(line):
-                events.extend(expand_packed_row(line, f"{unit} {n}"))
-                notes.packed_rows += 1
-                continue
-            else:
-                event = _slow_line(line, f"{unit} {n}")
-            if line.count(b"[") + line.count(b"{") > MAX_NESTING and \
-                    nesting_depth(event.data) > MAX_NESTING:
-                raise nesting_error(event.type, event.seq, prefix=f"{unit} {n}: ")
-            append(event)
-    except RecursionError as exc:  # msgspec's own limit, far past ours
-        raise nesting_error(None, None, prefix=f"{unit} {n}: ") from exc
+    lines = iter(numbered)
+    for n, line in lines:
+        if not line.strip():
+            continue
+        try:
+            is_header = _is_header_line(line)
+        except RecursionError as exc:  # msgspec's own limit, far past ours
+            raise nesting_error(None, None, prefix=f"{unit} {n}: ") from exc
+        if is_header:
+            try:
+                header = header_from_json(JSON_DECODER.decode(line), dsh_line=True)
+            except DecodeError as exc:
+                raise exc.with_prefix(f"{unit} {n}: ") from exc
+        else:
+            events.extend(_line_events(n, line, unit, notes))
+        break
+    block: list[tuple[int, bytes]] = []
+    append = block.append
+    size = _BLOCK_LINES
+    with gc_paused():  # thousands of fresh acyclic containers per block
+        for record in lines:
+            append(record)
+            if len(block) == size:
+                _decode_block(block, unit, notes, events)
+                block = []
+                append = block.append
+        _decode_block(block, unit, notes, events)
     return LogFile(header, events, notes.torn, notes.packed_rows)
 
 
