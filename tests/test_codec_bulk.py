@@ -5,10 +5,12 @@ rule, text naming the line)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from surfacelog.schema import codec
+from surfacelog.schema.dsh import ReadNotes
 from surfacelog.schema.errors import DecodeError
 from surfacelog.schema.limits import MAX_NESTING
 
@@ -112,3 +114,53 @@ def test_blank_lines_bad_lines_and_headers_keep_their_numbers(
     outcome, _ = _both(b"\n".join(bad), monkeypatch)
     assert outcome[:3] == ("error", "DecodeError", "envelope")
     assert outcome[3].startswith("line 3001: ")
+
+
+def _read_both(path: Path, monkeypatch: pytest.MonkeyPatch,
+               max_line_bytes: int = 1 << 20) -> tuple[str, ...]:
+    """``read_log`` of ``path`` with the block reader (4 KiB reads) and with the
+    line-by-line reader; asserts the same events, torn tail note and first error."""
+
+    def outcome(read: Callable[[], codec.LogFile]) -> tuple[str, ...]:
+        try:
+            log = read()
+        except DecodeError as exc:
+            return ("error", type(exc).__name__, exc.rule, str(exc))
+        return ("ok", repr(log.torn), *(repr(e) for e in log.events))
+
+    def line_by_line() -> codec.LogFile:
+        notes = ReadNotes()
+        with path.open("rb") as handle:
+            return codec.decode_records(
+                codec._file_lines(handle, path, max_line_bytes, notes), notes)
+
+    monkeypatch.setattr(codec, "_READ_BYTES", 4096)
+    fast = outcome(lambda: codec.read_log(path, max_line_bytes=max_line_bytes))
+    assert fast == outcome(line_by_line)
+    return fast
+
+
+def test_the_block_reader_reads_what_the_line_reader_reads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = _lines(2000)
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    assert len(_read_both(path, monkeypatch)) == 2 + 2000
+    # A CRLF, a lone CR and blank lines past the first reads; a torn tail.
+    mixed = [*lines]
+    mixed[1500] += b"\r"
+    mixed[1600] = mixed[1600] + b"\r" + _line(1601)
+    del mixed[1601]
+    mixed[1700] = b""
+    path.write_bytes(b"\n".join(mixed) + b'\n{"type":"x/y","seq":20')
+    got = _read_both(path, monkeypatch)
+    assert got[0] == "error" or "torn tail" in got[1]
+    # An over-long line past the first reads.
+    long = [*lines]
+    long[1800] = _line(1800, '"' + "x" * 5000 + '"')
+    path.write_bytes(b"\n".join(long) + b"\n")
+    got = _read_both(path, monkeypatch, max_line_bytes=4000)
+    assert got[:2] == ("error", "LineTooLong") and "line 1801 " in got[3]
+    # A last line without a newline that parses is an event, not a torn tail.
+    path.write_bytes(b"\n".join(lines))
+    assert _read_both(path, monkeypatch)[1] == "None"

@@ -15,6 +15,8 @@ type.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Final
@@ -278,37 +280,59 @@ def decode_records(numbered: Iterable[tuple[int, bytes]], notes: ReadNotes | Non
     with more opening brackets than ``MAX_NESTING`` has its data's depth checked. A DSH
     packed chunk row stands for the events it expands to (``dsh.expand_packed_row``).
     ``unit`` is how errors name a record (``line 5``; a database reader says ``seq``)."""
-    notes = ReadNotes() if notes is None else notes
-    header: SessionHeader | None = None
-    events: list[Event] = []
-    lines = iter(numbered)
-    for n, line in lines:
-        if not line.strip():
-            continue
-        try:
-            is_header = _is_header_line(line)
-        except RecursionError as exc:  # msgspec's own limit, far past ours
-            raise nesting_error(None, None, prefix=f"{unit} {n}: ") from exc
-        if is_header:
-            try:
-                header = header_from_json(JSON_DECODER.decode(line), dsh_line=True)
-            except DecodeError as exc:
-                raise exc.with_prefix(f"{unit} {n}: ") from exc
-        else:
-            events.extend(_line_events(n, line, unit, notes))
-        break
+    return _decode_blocks(_blocks(numbered), notes, unit)
+
+
+def _blocks(numbered: Iterable[tuple[int, bytes]]) -> Iterator[list[tuple[int, bytes]]]:
     block: list[tuple[int, bytes]] = []
     append = block.append
     size = _BLOCK_LINES
+    for record in numbered:
+        append(record)
+        if len(block) == size:
+            yield block
+            block = []
+            append = block.append
+    if block:
+        yield block
+
+
+def _decode_blocks(blocks: Iterable[list[tuple[int, bytes]]], notes: ReadNotes | None,
+                   unit: str) -> LogFile:
+    """``decode_records`` of the numbered lines in ``blocks`` (in order)."""
+    notes = ReadNotes() if notes is None else notes
+    header: SessionHeader | None = None
+    events: list[Event] = []
+    first = True
     with gc_paused():  # thousands of fresh acyclic containers per block
-        for record in lines:
-            append(record)
-            if len(block) == size:
-                _decode_block(block, unit, notes, events)
-                block = []
-                append = block.append
-        _decode_block(block, unit, notes, events)
+        for block in blocks:
+            if first:
+                k = next((k for k, (_, line) in enumerate(block) if line.strip()), None)
+                if k is None:
+                    continue
+                first = False
+                n, line = block[k]
+                header = _first_line(n, line, unit, notes, events)
+                block = block[k + 1:]
+            _decode_block(block, unit, notes, events)
     return LogFile(header, events, notes.torn, notes.packed_rows)
+
+
+def _first_line(n: int, line: bytes, unit: str, notes: ReadNotes,
+                events: list[Event]) -> SessionHeader | None:
+    """The first non-blank line: the header, or (returning ``None``) the first event
+    line, whose events are appended to ``events``."""
+    try:
+        is_header = _is_header_line(line)
+    except RecursionError as exc:  # msgspec's own limit, far past ours
+        raise nesting_error(None, None, prefix=f"{unit} {n}: ") from exc
+    if not is_header:
+        events.extend(_line_events(n, line, unit, notes))
+        return None
+    try:
+        return header_from_json(JSON_DECODER.decode(line), dsh_line=True)
+    except DecodeError as exc:
+        raise exc.with_prefix(f"{unit} {n}: ") from exc
 
 
 def decode_log(content: bytes) -> LogFile:
@@ -318,9 +342,50 @@ def decode_log(content: bytes) -> LogFile:
     return decode_records(enumerate(content.splitlines(), 1))
 
 
-def _file_lines(handle: BinaryIO, path: str | Path, max_line_bytes: int,
-                notes: ReadNotes) -> Iterator[tuple[int, bytes]]:
+_READ_BYTES: Final = 1 << 20
+"""Bytes read at a time by ``_file_blocks``."""
+
+
+def _file_blocks(handle: BinaryIO, path: str | Path, max_line_bytes: int,
+                 notes: ReadNotes) -> Iterator[list[tuple[int, bytes]]]:
+    """The numbered lines of a plain regular file, in blocks: read ``_READ_BYTES`` at a
+    time and split at the newlines, for as long as every line is an ordinary one (no
+    ``\\r``, within the line limit, ended by a newline). From the first line that is
+    not, the file is read from that line's start by ``_file_lines`` (line by line, as
+    the reader always did), so line numbers, the line limit and torn tails come out
+    exactly the same."""
     n = 0
+    offset = 0  # of the first line not yet yielded
+    carry = b""
+    limit = max_line_bytes
+    while True:
+        chunk = handle.read(_READ_BYTES)
+        if not chunk:
+            break
+        data = carry + chunk if carry else chunk
+        end = data.rfind(b"\n")
+        if end < 0:
+            carry = data
+            if len(carry) > limit + 1:
+                break
+            continue
+        carry = data[end + 1:]
+        body = data[:end]
+        if b"\r" in body:
+            break
+        lines = body.split(b"\n")
+        if max(map(len, lines)) > limit:
+            break
+        yield list(zip(range(n + 1, n + 1 + len(lines)), lines, strict=True))
+        n += len(lines)
+        offset += end + 1
+    handle.seek(offset)
+    yield from _blocks(_file_lines(handle, path, max_line_bytes, notes, n))
+
+
+def _file_lines(handle: BinaryIO, path: str | Path, max_line_bytes: int,
+                notes: ReadNotes, n: int = 0) -> Iterator[tuple[int, bytes]]:
+    """The numbered lines of a plain file from its current position, line ``n + 1``."""
     while True:
         line = handle.readline(max_line_bytes + 2)  # the line and \r\n at most
         if not line:
@@ -353,9 +418,9 @@ def _parses(line: bytes) -> bool:
 
 
 def read_log(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> LogFile:
-    """Read a session log file, streamed: memory holds one line (at most
-    ``max_line_bytes`` bytes, newline excluded) — one zstd frame's lines for a zstd
-    file — besides the decoded events.
+    """Read a session log file, streamed: memory holds one block of lines (1 MiB of a
+    regular file, or one line of at most ``max_line_bytes`` bytes, newline excluded) —
+    one zstd frame's lines for a zstd file — besides the decoded events.
 
     Every DSH JSONL encoding is read: plain lines, or (a file starting with the zstd
     magic) a concatenation of zstd frames (``dsh.zstd_lines``); packed chunk rows are
@@ -365,7 +430,7 @@ def read_log(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> LogFi
     line: a file of one bad line is not JSONL). A bad line anywhere else is an error.
 
     Raises ``OSError``, ``DecodeError`` (``LineTooLong`` naming the file and line for a
-    longer line, after reading no more of it than the limit; ``NestingError``; rule
+    longer line, after reading no more of it than the limit and 1 MiB; ``NestingError``; rule
     ``zstd`` naming the file, frame and byte offset of a corrupt frame; rule
     ``packed-row`` naming the line of a malformed packed row), ``InvalidArgument`` for
     a limit below 1."""
@@ -378,6 +443,9 @@ def read_log(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> LogFi
                 return decode_records(zstd_lines(handle, max_line_bytes, notes), notes)
             except DecodeError as exc:
                 raise exc.with_prefix(f"{path}: ") from exc
+        if stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return _decode_blocks(_file_blocks(handle, path, max_line_bytes, notes), notes,
+                                  "line")
         return decode_records(_file_lines(handle, path, max_line_bytes, notes), notes)
 
 
