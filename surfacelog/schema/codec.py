@@ -15,6 +15,8 @@ type.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Final
@@ -30,7 +32,8 @@ from surfacelog.schema.dsh import (
     zstd_lines,
 )
 from surfacelog.schema.errors import DecodeError, InvalidArgument, LineTooLong
-from surfacelog.schema.events import Event, surface_op_from_json
+from surfacelog.schema.events import Event, ReplaceOp, surface_op_from_json
+from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.header import SessionHeader, header_from_json, header_to_json
 from surfacelog.schema.limits import (
     MAX_LINE_BYTES,
@@ -169,56 +172,167 @@ def _slow_line(line: bytes, where: str) -> Event:
     return decode_event(line, where)
 
 
+_BLOCK_LINES: Final = 4096
+"""Lines decoded per msgspec call by ``decode_records``'s bulk path."""
+_RAWS_DECODER: Final = msgspec.json.Decoder(list[Raw])
+_EVENTS_DECODER: Final = msgspec.json.Decoder(list[Event])
+
+
+def _line_events(n: int, line: bytes, unit: str, notes: ReadNotes) -> list[Event]:
+    """The events of one non-blank event line (one, or a packed row's expansion): the
+    per-line path, which names the line of any error."""
+    try:
+        if b"-0" not in line:
+            try:
+                event = _EVENT_DECODER.decode(line)
+            except msgspec.DecodeError:
+                if is_packed_row(line):
+                    expanded = expand_packed_row(line, f"{unit} {n}")
+                    notes.packed_rows += 1
+                    return expanded
+                event = _slow_line(line, f"{unit} {n}")
+        elif is_packed_row(line):
+            expanded = expand_packed_row(line, f"{unit} {n}")
+            notes.packed_rows += 1
+            return expanded
+        else:
+            event = _slow_line(line, f"{unit} {n}")
+        if line.count(b"[") + line.count(b"{") > MAX_NESTING and \
+                nesting_depth(event.data) > MAX_NESTING:
+            raise nesting_error(event.type, event.seq, prefix=f"{unit} {n}: ")
+    except RecursionError as exc:  # msgspec's own limit, far past ours
+        raise nesting_error(None, None, prefix=f"{unit} {n}: ") from exc
+    return [event]
+
+
+def _may_hold_minus_zero(event: Event) -> bool:
+    """Whether an integer of the envelope is ``0`` (which the strict decoder also reads
+    from ``-0``, where the per-line path reads ``-0.0`` for the rules to refuse)."""
+    if event.seq == 0 or event.time == 0:
+        return True
+    seqs = event.source_event_seqs
+    if seqs is not UNSET and 0 in seqs:
+        return True
+    op = event.surface_op
+    return isinstance(op, ReplaceOp) and (op.start == 0 or op.end == 0)
+
+
+def _bulk_events(lines: list[bytes]) -> list[Event] | None:
+    """The events of ``lines`` (each a non-blank event line) decoded in two msgspec
+    calls over the lines joined into one JSON array, or ``None`` when that cannot stand
+    for decoding each line on its own (a line that is not one JSON object, is not a
+    valid event, is a packed row...): the caller then takes the per-line path, which
+    names the line and rule of the error exactly as before.
+
+    Joining alone would accept an event split over two lines; the array's elements are
+    therefore also read as raw JSON and each must be exactly as long as its line. With
+    nothing but one comma between lines, that means every element is exactly one line.
+    """
+    joined = b",".join(lines)
+    if joined[:1] != b"{" or joined[-1:] != b"}" or \
+            joined.count(b"},{") < len(lines) - 1:
+        return None
+    doc = b"[" + joined + b"]"
+    try:
+        raws = _RAWS_DECODER.decode(doc)
+        if len(raws) != len(lines) or list(map(len, raws)) != list(map(len, lines)):
+            return None
+        return _EVENTS_DECODER.decode(doc)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+
+
+def _decode_block(block: list[tuple[int, bytes]], unit: str, notes: ReadNotes,
+                  events: list[Event]) -> None:
+    """Append the events of ``block`` (physical lines after the first non-blank one) to
+    ``events``: in bulk when every line is an ordinary event line, else line by line.
+    Either way the same events, and the same first error."""
+    if not block:
+        return
+    lines = [line for _, line in block]
+    bulk = _bulk_events(lines)
+    if bulk is None:
+        for n, line in block:
+            if line.strip():
+                events.extend(_line_events(n, line, unit, notes))
+        return
+    # The lines the per-line path reads differently: data possibly nested too deep,
+    # and ``-0`` where the envelope holds a 0. Every other line decoded as it would
+    # alone, so the first error of the block is the first of these to fail.
+    again = [k for k, line in enumerate(lines)
+             if line.count(b"[") + line.count(b"{") > MAX_NESTING]
+    if any(b"-0" in line for line in lines):
+        again.extend(k for k, line in enumerate(lines)
+                     if b"-0" in line and _may_hold_minus_zero(bulk[k]))
+        again = sorted(set(again))
+    for k in again:
+        n, line = block[k]
+        (bulk[k],) = _line_events(n, line, unit, notes)
+    events.extend(bulk)
+
+
 def decode_records(numbered: Iterable[tuple[int, bytes]], notes: ReadNotes | None = None,
                    *, unit: str = "line") -> LogFile:
     """Decode physical lines (line numbers count blank lines, so that an error names
     the line an editor shows): an optional header line, then one event per non-blank
-    line. Each line is decoded on its own: decoding the lines joined into one JSON
-    array would accept an event split over two lines, which is not JSONL. A line with
-    more opening brackets than ``MAX_NESTING`` has its data's depth checked. A DSH
+    line. Each line is decoded as on its own: blocks of lines are decoded in one msgspec
+    call where that is provably the same (``_bulk_events``), else line by line. A line
+    with more opening brackets than ``MAX_NESTING`` has its data's depth checked. A DSH
     packed chunk row stands for the events it expands to (``dsh.expand_packed_row``).
     ``unit`` is how errors name a record (``line 5``; a database reader says ``seq``)."""
+    return _decode_blocks(_blocks(numbered), notes, unit)
+
+
+def _blocks(numbered: Iterable[tuple[int, bytes]]) -> Iterator[list[tuple[int, bytes]]]:
+    block: list[tuple[int, bytes]] = []
+    append = block.append
+    size = _BLOCK_LINES
+    for record in numbered:
+        append(record)
+        if len(block) == size:
+            yield block
+            block = []
+            append = block.append
+    if block:
+        yield block
+
+
+def _decode_blocks(blocks: Iterable[list[tuple[int, bytes]]], notes: ReadNotes | None,
+                   unit: str) -> LogFile:
+    """``decode_records`` of the numbered lines in ``blocks`` (in order)."""
     notes = ReadNotes() if notes is None else notes
     header: SessionHeader | None = None
     events: list[Event] = []
-    append = events.append
-    decode = _EVENT_DECODER.decode
     first = True
-    n = 0
-    try:
-        for n, line in numbered:
-            if not line.strip():
-                continue
+    with gc_paused():  # thousands of fresh acyclic containers per block
+        for block in blocks:
             if first:
-                first = False
-                if _is_header_line(line):
-                    try:
-                        header = header_from_json(JSON_DECODER.decode(line), dsh_line=True)
-                    except DecodeError as exc:
-                        raise exc.with_prefix(f"{unit} {n}: ") from exc
+                k = next((k for k, (_, line) in enumerate(block) if line.strip()), None)
+                if k is None:
                     continue
-            if b"-0" not in line:
-                try:
-                    event = decode(line)
-                except msgspec.DecodeError:
-                    if is_packed_row(line):
-                        events.extend(expand_packed_row(line, f"{unit} {n}"))
-                        notes.packed_rows += 1
-                        continue
-                    event = _slow_line(line, f"{unit} {n}")
-            elif is_packed_row(line):
-                events.extend(expand_packed_row(line, f"{unit} {n}"))
-                notes.packed_rows += 1
-                continue
-            else:
-                event = _slow_line(line, f"{unit} {n}")
-            if line.count(b"[") + line.count(b"{") > MAX_NESTING and \
-                    nesting_depth(event.data) > MAX_NESTING:
-                raise nesting_error(event.type, event.seq, prefix=f"{unit} {n}: ")
-            append(event)
+                first = False
+                n, line = block[k]
+                header = _first_line(n, line, unit, notes, events)
+                block = block[k + 1:]
+            _decode_block(block, unit, notes, events)
+    return LogFile(header, events, notes.torn, notes.packed_rows)
+
+
+def _first_line(n: int, line: bytes, unit: str, notes: ReadNotes,
+                events: list[Event]) -> SessionHeader | None:
+    """The first non-blank line: the header, or (returning ``None``) the first event
+    line, whose events are appended to ``events``."""
+    try:
+        is_header = _is_header_line(line)
     except RecursionError as exc:  # msgspec's own limit, far past ours
         raise nesting_error(None, None, prefix=f"{unit} {n}: ") from exc
-    return LogFile(header, events, notes.torn, notes.packed_rows)
+    if not is_header:
+        events.extend(_line_events(n, line, unit, notes))
+        return None
+    try:
+        return header_from_json(JSON_DECODER.decode(line), dsh_line=True)
+    except DecodeError as exc:
+        raise exc.with_prefix(f"{unit} {n}: ") from exc
 
 
 def decode_log(content: bytes) -> LogFile:
@@ -228,9 +342,50 @@ def decode_log(content: bytes) -> LogFile:
     return decode_records(enumerate(content.splitlines(), 1))
 
 
-def _file_lines(handle: BinaryIO, path: str | Path, max_line_bytes: int,
-                notes: ReadNotes) -> Iterator[tuple[int, bytes]]:
+_READ_BYTES: Final = 1 << 20
+"""Bytes read at a time by ``_file_blocks``."""
+
+
+def _file_blocks(handle: BinaryIO, path: str | Path, max_line_bytes: int,
+                 notes: ReadNotes) -> Iterator[list[tuple[int, bytes]]]:
+    """The numbered lines of a plain regular file, in blocks: read ``_READ_BYTES`` at a
+    time and split at the newlines, for as long as every line is an ordinary one (no
+    ``\\r``, within the line limit, ended by a newline). From the first line that is
+    not, the file is read from that line's start by ``_file_lines`` (line by line, as
+    the reader always did), so line numbers, the line limit and torn tails come out
+    exactly the same."""
     n = 0
+    offset = 0  # of the first line not yet yielded
+    carry = b""
+    limit = max_line_bytes
+    while True:
+        chunk = handle.read(_READ_BYTES)
+        if not chunk:
+            break
+        data = carry + chunk if carry else chunk
+        end = data.rfind(b"\n")
+        if end < 0:
+            carry = data
+            if len(carry) > limit + 1:
+                break
+            continue
+        carry = data[end + 1:]
+        body = data[:end]
+        if b"\r" in body:
+            break
+        lines = body.split(b"\n")
+        if max(map(len, lines)) > limit:
+            break
+        yield list(zip(range(n + 1, n + 1 + len(lines)), lines, strict=True))
+        n += len(lines)
+        offset += end + 1
+    handle.seek(offset)
+    yield from _blocks(_file_lines(handle, path, max_line_bytes, notes, n))
+
+
+def _file_lines(handle: BinaryIO, path: str | Path, max_line_bytes: int,
+                notes: ReadNotes, n: int = 0) -> Iterator[tuple[int, bytes]]:
+    """The numbered lines of a plain file from its current position, line ``n + 1``."""
     while True:
         line = handle.readline(max_line_bytes + 2)  # the line and \r\n at most
         if not line:
@@ -263,9 +418,9 @@ def _parses(line: bytes) -> bool:
 
 
 def read_log(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> LogFile:
-    """Read a session log file, streamed: memory holds one line (at most
-    ``max_line_bytes`` bytes, newline excluded) — one zstd frame's lines for a zstd
-    file — besides the decoded events.
+    """Read a session log file, streamed: memory holds one block of lines (1 MiB of a
+    regular file, or one line of at most ``max_line_bytes`` bytes, newline excluded) —
+    one zstd frame's lines for a zstd file — besides the decoded events.
 
     Every DSH JSONL encoding is read: plain lines, or (a file starting with the zstd
     magic) a concatenation of zstd frames (``dsh.zstd_lines``); packed chunk rows are
@@ -275,7 +430,7 @@ def read_log(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> LogFi
     line: a file of one bad line is not JSONL). A bad line anywhere else is an error.
 
     Raises ``OSError``, ``DecodeError`` (``LineTooLong`` naming the file and line for a
-    longer line, after reading no more of it than the limit; ``NestingError``; rule
+    longer line, after reading no more of it than the limit and 1 MiB; ``NestingError``; rule
     ``zstd`` naming the file, frame and byte offset of a corrupt frame; rule
     ``packed-row`` naming the line of a malformed packed row), ``InvalidArgument`` for
     a limit below 1."""
@@ -288,6 +443,9 @@ def read_log(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> LogFi
                 return decode_records(zstd_lines(handle, max_line_bytes, notes), notes)
             except DecodeError as exc:
                 raise exc.with_prefix(f"{path}: ") from exc
+        if stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return _decode_blocks(_file_blocks(handle, path, max_line_bytes, notes), notes,
+                                  "line")
         return decode_records(_file_lines(handle, path, max_line_bytes, notes), notes)
 
 
