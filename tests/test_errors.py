@@ -72,6 +72,12 @@ SPECIAL: dict[str, Callable[[type[Any]], BaseException]] = {
         lambda cls: cls("OPEN_TURN", "the source has an open turn"),
     "surfacelog.cli.outputs.OutputError":
         lambda cls: cls("refusing to write x.db", False),
+    "surfacelog.gateway.httpclient.GatewayError":
+        lambda cls: cls(418, "teapot", "the detail"),
+    "google.adk.errors.already_exists_error.AlreadyExistsError":
+        lambda cls: cls("session s-1 exists"),
+    "google.adk.errors.session_not_found_error.SessionNotFoundError":
+        lambda cls: cls("session s-1 not found"),
 }
 """How to make an instance of a class whose ``__init__`` (its own or inherited) is not
 ``BaseException``'s, keyed by the class that defines that ``__init__``."""

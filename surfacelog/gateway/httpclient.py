@@ -41,6 +41,9 @@ class GatewayError(SurfacelogError):
         super().__init__(f"HTTP {status} {slug}: {detail}")
         self.status, self.slug, self.detail = status, slug, detail
 
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.status, self.slug, self.detail))
+
 
 class _EventsReply(msgspec.Struct):
     events: list[msgspec.Raw]
