@@ -66,19 +66,6 @@ def _prepare_read_only(where: str, busy_timeout_ms: int, conn: sqlite3.Connectio
                          f"nothing to read")
 
 
-def _in_transaction(conn: sqlite3.Connection, begin: str, work: Callable[[], T]) -> T:
-    """Run ``work`` between ``begin`` and ``COMMIT``; roll back and re-raise on failure."""
-    conn.execute(begin)
-    try:
-        result = work()
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return result
-
-
 def _read_session(session_id: str, since_seq: int, limit: int, bump: bool,
                   conn: sqlite3.Connection) -> StoredSession | None:
     def work() -> StoredSession | None:
@@ -94,7 +81,7 @@ def _read_session(session_id: str, since_seq: int, limit: int, bump: bool,
         rows = conn.execute(SELECT_EVENTS, (session_id, since_seq, limit)).fetchall()
         return StoredSession(row[0], row[1], row[2], rows)
 
-    return _in_transaction(conn, "BEGIN IMMEDIATE" if bump else "BEGIN", work)
+    return scoped_sql.in_transaction(conn, "BEGIN IMMEDIATE" if bump else "BEGIN", work)
 
 
 def _list_sessions(conn: sqlite3.Connection) -> list[SessionInfo]:
