@@ -4,7 +4,9 @@ report table or JSON, and the exit status."""
 from __future__ import annotations
 
 import asyncio
+import io
 import os
+import socket
 import sys
 from typing import Any
 
@@ -17,12 +19,45 @@ from rich.table import Table
 from surfacelog.actors.client import init_ray
 from surfacelog.cli.loadrun import run_workload
 from surfacelog.cli.localcluster import LocalCluster, make_shard_map, write_shard_map
+from surfacelog.cli.outputs import OutputError
 from surfacelog.cli.report_html import write_html
 from surfacelog.cli.runmodel import RunConfig, Sample
 from surfacelog.schema.codec import encode_json
 
 EXIT_OK, EXIT_VERIFY_FAILED, EXIT_ERRORS, EXIT_FAILED = 0, 1, 3, 4
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+CONNECT_TIMEOUT_S = 5.0
+"""How long ``--address HOST:PORT`` is tried before the run gives up (exit 4): Ray's
+own connect retries for minutes."""
+
+
+class RayUnreachable(ConnectionError):
+    """``--address`` does not accept a connection within ``CONNECT_TIMEOUT_S``."""
+
+
+def probe_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Open (and close) a TCP connection to ``address`` (``HOST:PORT``; anything else,
+    such as ``auto`` or ``ray://``, is left to Ray). Raises ``RayUnreachable``."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "/" in address:
+        return
+    try:
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)),
+                                      timeout=timeout_s):
+            return
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or exc)
+        raise RayUnreachable(f"cannot reach Ray at {address} within {timeout_s:g} s: "
+                             f"{reason}") from exc
+
+
+def _stdout_is_fd_1() -> bool:
+    """Whether ``sys.stdout`` writes to file descriptor 1 (not when a test captures
+    it in memory)."""
+    try:
+        return sys.stdout.fileno() == 1
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        return False  # an in-memory stream: nothing Ray writes to fd 1 reaches it
 
 
 def _report_table(report: dict[str, Any]) -> Table:
@@ -85,10 +120,10 @@ def run_live(cfg: RunConfig) -> int:
     console = Console(stderr=cfg.as_json)
     started_ray = not ray.is_initialized()
     report_fd = None
-    if cfg.local_nodes and cfg.as_json:
-        # The nodes' processes inherit file descriptor 1 and write to it (a killed
-        # raylet's last log lines): the JSON report alone goes to the real stdout,
-        # everything else to stderr.
+    if cfg.as_json and (cfg.local_nodes or _stdout_is_fd_1()):
+        # Ray's processes inherit file descriptor 1 and write to it (a killed raylet's
+        # last log lines, "A worker died..."), one node or several: the JSON report
+        # alone goes to the real stdout, everything else to stderr.
         sys.stdout.flush()
         report_fd = os.dup(1)
         os.dup2(2, 1)
@@ -119,10 +154,13 @@ def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | N
         elif started_ray:
             console.print("starting Ray…" if cfg.address is None
                           else f"joining Ray at {cfg.address}…")
+            if cfg.address is not None:
+                probe_address(cfg.address)
             init_ray(cfg.address, include_dashboard=False, log_to_driver=False,
                      configure_logging=False)
     except Exception as exc:
-        console.print(f"run failed: cannot start Ray: {_one_line(exc)}", markup=False)
+        console.print(f"run failed: cannot start Ray: {_one_line(exc)}", markup=False,
+                      soft_wrap=True)
         _stop(cluster, started_ray, console)
         return EXIT_FAILED
     progress = Progress(TextColumn("turns"), BarColumn(), MofNCompleteColumn(),
@@ -167,13 +205,17 @@ def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | N
                       "with the same --db to resume (not verified)", markup=False)
         return EXIT_INTERRUPTED
     except Exception as exc:  # reported on one line, with the exit status that says so
-        console.print(f"run failed: {_one_line(exc)}", markup=False)
+        console.print(f"run failed: {_one_line(exc)}", markup=False, soft_wrap=True)
         return EXIT_FAILED
     finally:
         _stop(cluster, started_ray, console)
     data = result.report()
+    report_failed = None
     if cfg.report is not None:
-        write_html(cfg.report, result)
+        try:
+            write_html(cfg.report, result)
+        except OutputError as exc:
+            report_failed = str(exc)
     if cfg.as_json and report_fd is not None:
         os.write(report_fd, encode_json(data) + b"\n")
     elif cfg.as_json:
@@ -182,8 +224,14 @@ def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | N
         console.print(_report_table(data))
         for problem in data["verification"]["mismatches"]:
             console.print(f"[red]{problem}[/]")
-        if cfg.report is not None:
+        if cfg.report is not None and report_failed is None:
             console.print(f"HTML report: {cfg.report}")
+    if report_failed is not None:
+        console.print(f"run failed: {report_failed}", markup=False, soft_wrap=True)
+    for problem in result.incomplete:
+        console.print(f"run incomplete: {problem}", markup=False, soft_wrap=True)
+    if result.incomplete or report_failed is not None:
+        return EXIT_FAILED
     if not result.verified:
         return EXIT_VERIFY_FAILED
     return EXIT_ERRORS if data["errors"] else EXIT_OK
@@ -200,4 +248,4 @@ def _stop(cluster: LocalCluster | None, started_ray: bool, console: Console) -> 
         ray.shutdown()
     if cluster is not None:
         for problem in cluster.shutdown():
-            console.print(f"local cluster: {problem}", markup=False)
+            console.print(f"local cluster: {problem}", markup=False, soft_wrap=True)

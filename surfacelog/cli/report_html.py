@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from surfacelog.cli.outputs import write_atomic
 from surfacelog.cli.runmodel import RunResult
 
 W, H, PAD = 760, 260, 44
@@ -167,6 +168,8 @@ def _shard_table(report: dict[str, Any]) -> str:
 
 
 def write_html(path: str | Path, result: RunResult) -> None:
-    """Write the self-contained HTML report of ``result`` to ``path``. Raises ``OSError``
-    when the file cannot be written."""
-    Path(path).write_text(render_report(result), encoding="utf-8")
+    """Write the self-contained HTML report of ``result`` to ``path`` atomically
+    (``outputs.write_atomic``: the old file or the whole report, never part of it;
+    ``run`` checked the path with ``outputs.check_output`` before it started). Raises
+    ``OutputError`` when the file cannot be written."""
+    write_atomic(path, render_report(result).encode("utf-8"))
