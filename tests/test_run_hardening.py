@@ -152,10 +152,13 @@ def _await_process(pid: int, marker: str) -> psutil.Process:
 
 @pytest.fixture
 def long_run(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A run that would go on for hours; its stderr (the live view) goes to the file
+    ``stderr.txt`` (a pipe nobody reads would fill and stop it)."""
     db = tmp_path / "long.db"
-    proc = subprocess.Popen([*CLI, "run", "--db", str(db), "--sessions", "4", "--turns",
-                             "100000", "--json"], env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    with (tmp_path / "stderr.txt").open("wb") as err:
+        proc = subprocess.Popen([*CLI, "run", "--db", str(db), "--sessions", "4",
+                                 "--turns", "100000", "--json"], env=ENV,
+                                stdout=subprocess.PIPE, stderr=err)
     try:
         yield proc
     finally:
@@ -180,7 +183,8 @@ def test_losing_a_run_actor_or_the_raylet_ends_with_a_report_and_exit_4(
         one_line_error(second.stdout + second.stderr, "in use by another surfacelog run")
     proc = _await_process(long_run.pid, victim)
     proc.send_signal(signal.SIGKILL)
-    out, err = long_run.communicate(timeout=600)
+    out, _ = long_run.communicate(timeout=600)
+    err = (tmp_path / "stderr.txt").read_bytes()
     assert long_run.returncode == 4, err.decode()[-3000:]
     assert b"Traceback" not in err
     report = json.loads(out)  # the whole of stdout is the document
@@ -189,10 +193,12 @@ def test_losing_a_run_actor_or_the_raylet_ends_with_a_report_and_exit_4(
     assert "run incomplete:" in err.decode()
 
 
-def test_gcs_loss_is_one_line_and_exit_4(long_run: subprocess.Popen[bytes]) -> None:
+def test_gcs_loss_is_one_line_and_exit_4(tmp_path: Path,
+                                         long_run: subprocess.Popen[bytes]) -> None:
     _await_process(long_run.pid, "ray::DriverActor")
     _await_process(long_run.pid, "gcs_server").send_signal(signal.SIGKILL)
-    out, err = long_run.communicate(timeout=600)
+    out, _ = long_run.communicate(timeout=600)
+    err = (tmp_path / "stderr.txt").read_bytes()
     assert long_run.returncode == 4, err.decode()[-3000:]
     assert out == b""
     assert b"Traceback" not in err

@@ -8,6 +8,7 @@ import io
 import os
 import socket
 import sys
+import threading
 from typing import Any
 
 import ray
@@ -20,7 +21,7 @@ from surfacelog.actors.client import init_ray
 from surfacelog.cli.loadrun import run_workload
 from surfacelog.cli.localcluster import LocalCluster, make_shard_map, write_shard_map
 from surfacelog.cli.outputs import OutputError
-from surfacelog.cli.report_html import write_html
+from surfacelog.cli.report_html import summary_rows, write_html
 from surfacelog.cli.runmodel import RunConfig, Sample
 from surfacelog.schema.codec import encode_json
 
@@ -51,6 +52,65 @@ def probe_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
                              f"{reason}") from exc
 
 
+class GcsWatch:
+    """Watches the GCS of the Ray this run started: when it dies, Ray's core worker
+    would end this process 60 s later with a log line and status 1, no report. The
+    watch instead prints one line, stops the run's Ray processes and exits with
+    ``EXIT_FAILED`` at once. ``stop`` it before shutting Ray down."""
+
+    POLL_S = 0.5
+
+    def __init__(self, pid: int, db: str) -> None:
+        self.pid = pid
+        self.db = db
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="gcs-watch", daemon=True)
+
+    @classmethod
+    def start(cls, db: str) -> GcsWatch | None:
+        """Watch the GCS of the Ray started in this process (``None`` when there is
+        none here: a joined cluster's GCS is another machine's)."""
+        from ray._private import ray_constants
+        from ray._private import worker as ray_worker
+
+        node: Any = ray_worker._global_node
+        procs = getattr(node, "all_processes", {}).get(ray_constants.PROCESS_TYPE_GCS_SERVER)
+        if not procs:
+            return None
+        watch = cls(procs[0].process.pid, db)
+        watch._thread.start()
+        return watch
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+    def _alive(self) -> bool:
+        import psutil
+
+        try:
+            return bool(psutil.Process(self.pid).status() != psutil.STATUS_ZOMBIE)
+        except psutil.NoSuchProcess:
+            return False
+
+    def _watch(self) -> None:
+        while not self._stopped.wait(self.POLL_S):
+            if self._alive():
+                continue
+            sys.stderr.write(f"run failed: Ray's GCS (process {self.pid}) died: the run "
+                             f"cannot complete (every acknowledged durable event is in "
+                             f"{self.db}; not verified)\n")
+            sys.stderr.flush()
+            from ray._private import worker as ray_worker
+
+            node: Any = ray_worker._global_node
+            try:
+                node.kill_all_processes(check_alive=False, allow_graceful=False)
+            except Exception as exc:  # reported; the exit below happens regardless
+                sys.stderr.write(f"run: stopping Ray's processes: {_one_line(exc)}\n")
+            os._exit(EXIT_FAILED)
+
+
 def _stdout_is_fd_1() -> bool:
     """Whether ``sys.stdout`` writes to file descriptor 1 (not when a test captures
     it in memory)."""
@@ -61,39 +121,8 @@ def _stdout_is_fd_1() -> bool:
 
 
 def _report_table(report: dict[str, Any]) -> Table:
-    lat = report["append_latency_ms"]
-    comp, prunes = report["compactions"], report["prunes"]
     table = Table("metric", "value", title="surfacelog run")
-    rows = [
-        ("sessions", f"{report['sessions']} ({report['placement']}, {report['durability']})"),
-        ("turns done / interrupted", f"{report['turns_done']} / {report['turns_interrupted']}"),
-        ("events appended", str(report["events"])),
-        ("events/s", str(report["events_per_s"])),
-        ("append latency p50 / p95 / p99 (ms)", f"{lat['p50']} / {lat['p95']} / {lat['p99']}"),
-        ("compactions committed / failed", f"{comp['committed']} / {comp['failed']}"),
-        ("prunes committed", str(prunes["committed"])),
-        ("conflicts retried", str(report["conflicts_retried"])),
-        ("actor kills (chaos) / requests resent after", f"{report['actor_kills']} / "
-                                                        f"{report['resent']}"),
-        ("acknowledged events lost (buffered only)", str(report["lost_acknowledged"])),
-        ("errors", str(report["errors"])),
-        ("store size (bytes)", str(report["store_bytes"])),
-        ("wall time (s)", str(report["wall_s"])),
-        ("CPU per append, all processes (ms)", str(report["cpu_ms_per_append"])),
-        ("verification", "passed" if report["verification"]["passed"] else "FAILED"),
-    ]
-    if report["local_nodes"]:
-        rec = report["recovery_s"]
-        rows += [
-            ("local cluster", f"head + {report['local_nodes']} worker nodes, "
-                              f"{len(report['shards'])} shards, auth {report['auth_mode']}"),
-            ("shard map (for --shards)", str(report["shard_map"])),
-            ("node kills (abrupt)", f"{report['node_kills']} ({report['node_kills_abrupt']})"),
-            ("recovery, node lost -> shard serving: p50 / max (s)",
-             f"{rec['p50']} / {rec['max']}"
-             + (f"  never: {', '.join(rec['unrecovered'])}" if rec["unrecovered"] else "")),
-            ("requests refused during outages (retried)", str(report["unavailable"])),
-        ]
+    rows = summary_rows(report)
     for name, shard in report["shards"].items():
         if len(report["shards"]) == 1 and not report["local_nodes"]:
             break  # one shard: the figures above are its own
@@ -139,6 +168,7 @@ def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | N
          ) -> int:
     """``run_live``'s body; the JSON report goes to ``report_fd`` when given."""
     cluster: LocalCluster | None = None
+    watch: GcsWatch | None = None
     try:
         if cfg.local_nodes:
             if not started_ray:
@@ -158,9 +188,12 @@ def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | N
                 probe_address(cfg.address)
             init_ray(cfg.address, include_dashboard=False, log_to_driver=False,
                      configure_logging=False)
+            watch = GcsWatch.start(str(cfg.db))
     except Exception as exc:
         console.print(f"run failed: cannot start Ray: {_one_line(exc)}", markup=False,
                       soft_wrap=True)
+        if watch is not None:
+            watch.stop()
         _stop(cluster, started_ray, console)
         return EXIT_FAILED
     progress = Progress(TextColumn("turns"), BarColumn(), MofNCompleteColumn(),
@@ -208,6 +241,8 @@ def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | N
         console.print(f"run failed: {_one_line(exc)}", markup=False, soft_wrap=True)
         return EXIT_FAILED
     finally:
+        if watch is not None:
+            watch.stop()
         _stop(cluster, started_ray, console)
     data = result.report()
     report_failed = None
