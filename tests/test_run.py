@@ -124,7 +124,8 @@ def test_run_reports_consistent_figures_and_verifies(tmp_path: Path) -> None:
     for chart in ("throughput", "latency", "activity", "surface"):
         assert f'id="{chart}"' in text
     assert "<script src" not in text and "plotly.js v" in text
-    assert "None" not in text.split("<script")[0]
+    tables = text.split("<body>")[1].split('<section class="chart">')[0]
+    assert "None" not in tables and "{'" not in tables and "sessions" not in tables
 
     # A second run resumes the same sessions: their logs grow, nothing is lost.
     before = _digests(db)
