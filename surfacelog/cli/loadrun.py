@@ -248,10 +248,7 @@ async def run_workload(cfg: RunConfig,
     write_failures: list[str] = []
     try:
         try:
-            results = await asyncio.gather(
-                *(d.run.remote(share, cfg.turns, started)
-                  for d, share in zip(drivers, shares, strict=True)),
-                return_exceptions=True)
+            results = await _drive(drivers, shares, cfg.turns, started, poller)
         finally:
             done.set()
             kills = await _outcome(chaos, "actor chaos", 0, broken)
@@ -313,6 +310,29 @@ async def run_workload(cfg: RunConfig,
                      node_kills=node_kills,
                      auth_mode=None if cluster is None else cluster.auth_mode,
                      incomplete=broken, actor_kill_times=kill_times, started_at=started)
+
+
+async def _drive(drivers: list[Any], shares: list[list[str]], turns: int, started: float,
+                 poller: asyncio.Future[list[Sample]]) -> list[Any]:
+    """Run the drivers; each one's ``DriverProgress``, or the error it failed with.
+    When one fails, or the polling does (a driver, the compactor or the pruner lost),
+    the run cannot complete: the other drivers are told to stop after their current
+    turn, so that the run ends with what it did instead of going on without them."""
+    async def one(driver: Any, share: list[str]) -> Any:
+        return await driver.run.remote(share, turns, started)
+
+    runs = [asyncio.ensure_future(one(d, share))
+            for d, share in zip(drivers, shares, strict=True)]
+    pending: set[asyncio.Future[Any]] = {*runs, poller}
+    stopping = False
+    while pending - {poller}:
+        finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        if not stopping and any(f.exception() is not None for f in finished):
+            stopping = True
+            # A driver already lost answers with its error, collected with its run's.
+            await asyncio.gather(*(d.stop.remote() for d in drivers),
+                                 return_exceptions=True)
+    return [r.exception() or r.result() for r in runs]
 
 
 def _prober(client: Client, ids: list[str]) -> Callable[[str], Awaitable[None]]:
