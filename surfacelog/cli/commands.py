@@ -640,7 +640,8 @@ def run(**options: Any) -> None:
     or complete: Ray cannot be reached (--address is tried for 5 s) or did not start,
     another run holds --db, Ray (raylet, GCS) or one of the run's own actors (driver,
     compactor, pruner) was lost mid-run (the report is still printed, marked
-    incomplete), or the --report file could not be written; 130 interrupted by Ctrl-C
+    incomplete; after the loss of the GCS, one line), or the --report file could not
+    be written; 130 interrupted by Ctrl-C
     (what was acknowledged is kept; a rerun with the same --db resumes: the same
     session ids continue their logs, nothing is replayed or duplicated).
 
