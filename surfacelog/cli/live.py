@@ -258,7 +258,7 @@ def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | N
     else:
         console.print(_report_table(data))
         for problem in data["verification"]["mismatches"]:
-            console.print(f"[red]{problem}[/]")
+            console.print(problem, style="red", markup=False, soft_wrap=True)
         if cfg.report is not None and report_failed is None:
             console.print(f"HTML report: {cfg.report}")
     if report_failed is not None:
