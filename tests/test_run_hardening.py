@@ -221,6 +221,7 @@ def small_disk(target: Path, size: str) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(target)], check=False, capture_output=True)
 
 
+@pytest.mark.slow  # about 4 minutes: the failing commits are retried for 30 s windows
 def test_a_full_disk_during_the_run_ends_with_its_report(tmp_path: Path) -> None:
     """The database on a 1 MB tmpfs fills during the run. (``RLIMIT_FSIZE`` cannot
     stand for a full disk here: it limits the Ray the run starts as well, whose object
