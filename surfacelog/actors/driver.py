@@ -169,6 +169,8 @@ class SessionDriver:
         """This session's shard's record (set by ``activate`` once the shard is
         known)."""
         self.last_turn: int | None = None
+        self.halt: asyncio.Event | None = None
+        """Once set, ``run`` stops after the current turn."""
 
     async def activate(self) -> int:
         """Find the session's shard and its last turn (activating the session on its
@@ -339,7 +341,7 @@ class SessionDriver:
         first if it was not). Raises what ``send`` raises but ``TurnInterrupted``."""
         turn = self.last_turn if self.last_turn is not None else await self.activate()
         done = 0
-        while done < turns:
+        while done < turns and not (self.halt is not None and self.halt.is_set()):
             turn += 1
             try:
                 await self.run_turn(turn)
@@ -378,6 +380,12 @@ class DriverActor:
         self._retry_for_s = retry_for_s
         self._config = config
         self._progress = DriverProgress()
+        self._halt = asyncio.Event()
+
+    async def stop(self) -> None:
+        """Stop after the current turn: each session ends its turn, flushes and
+        ``run`` returns (the run stops early when it cannot complete)."""
+        self._halt.set()
 
     def handle(self, session_id: str) -> DriverHandle:
         """The handle the driver drives ``session_id`` through."""
@@ -393,6 +401,8 @@ class DriverActor:
         self._progress.sessions += len(session_ids)
         drivers = [SessionDriver(self.handle(sid), AgentScript(sid, self._config),
                                  self._progress, t0) for sid in session_ids]
+        for driver in drivers:
+            driver.halt = self._halt
         # Every session is activated first, within the client's default retry window:
         # starting the actors' processes may take longer than the short window that
         # measures outages, and a slow start is no outage.

@@ -746,10 +746,23 @@ def serve(db: Annotated[str | None, typer.Option(
 def run(**options: Any) -> None:
     """The load workload: host sessions as Ray actors, drive them with scripted agents
     while compaction and pruning actors work, report, then verify the database replays
-    to exactly what the live actors reported. Exit 0 when verification passed, 1 when it
-    failed, 2 on a bad option, 3 when appends failed, 130 when interrupted (what was
-    acknowledged is kept; the next run on the same database resumes), 4 when the run
-    could not start or complete (e.g. its local cluster did not start).
+    to exactly what the live actors reported.
+
+    Exit statuses: 0 verification passed and nothing failed; 1 verification failed
+    (the database does not replay to what the live actors reported, or an acknowledged
+    durable event is missing); 2 usage error, nothing started (a bad option, a --db
+    that is a directory or not a surfacelog database, a refused --report path); 3 the
+    run verified but appends failed (e.g. the disk filled); 4 the run could not start
+    or complete: Ray cannot be reached (--address is tried for 5 s) or did not start,
+    another run holds --db, Ray (raylet, GCS) or one of the run's own actors (driver,
+    compactor, pruner) was lost mid-run (the report is still printed, marked
+    incomplete; after the loss of the GCS, one line), or the --report file could not
+    be written; 130 interrupted by Ctrl-C
+    (what was acknowledged is kept; a rerun with the same --db resumes: the same
+    session ids continue their logs, nothing is replayed or duplicated).
+
+    One run per database: a second run on the same --db (or, with --local-nodes, the
+    same shard map) is refused with exit 4 while the first holds it.
 
     With ``--local-nodes N`` the run starts its own Ray cluster on this machine: a head
     node (the GCS and the run's own actors; never killed) and N worker nodes hosting the
@@ -758,7 +771,6 @@ def run(**options: Any) -> None:
     ``--kill-node-every S`` removes a random worker node every S seconds and adds it
     back."""
     from surfacelog.actors.compactor import SummariserError, load_summariser
-    from surfacelog.cli.live import run_live
 
     try:
         config = RunConfig(**options)
@@ -768,7 +780,52 @@ def run(**options: Any) -> None:
         load_summariser(config.summariser)  # found before anything starts
     except SummariserError as exc:
         raise _usage("run", str(exc)) from exc
-    raise typer.Exit(run_live(config))
+    raise typer.Exit(_run_locked(config))
+
+
+def _run_locked(config: RunConfig) -> int:
+    """Check ``run``'s files before anything starts, then run holding the database's
+    lock; returns the exit status (see ``run``)."""
+    from surfacelog.cli.live import EXIT_FAILED, run_live
+    from surfacelog.cli.localcluster import shard_files
+    from surfacelog.cli.runlock import DatabaseInUse, RunLock
+
+    if config.local_nodes:
+        files, lock_path = shard_files(config.db.absolute(), config.shard_count)
+        databases = [str(f) for f in files]
+        protected = [*databases, str(lock_path)]
+    else:
+        lock_path, databases = config.db, [str(config.db)]
+        protected = databases
+    if config.report is not None:
+        _check_output(config.report, protected, config.force)
+    if config.db.is_dir():
+        raise _usage("run", f"--db {config.db} is a directory, not a database file")
+    try:
+        lock = RunLock.acquire(lock_path)
+    except DatabaseInUse as exc:
+        echo(f"run refused: {exc}", err=True)
+        return EXIT_FAILED
+    except OSError as exc:
+        raise _usage("run", f"cannot open {lock_path}: {exc.strerror or exc}") from exc
+    with lock:
+        for db in databases:
+            _check_store(db)
+        return run_live(config)
+
+
+def _check_store(db: str) -> None:
+    """Exit 2 (one line) unless ``db`` is a new or surfacelog database: a foreign file,
+    another build's, a truncated one is refused before Ray starts (read-only check)."""
+    from surfacelog.store import VersionRefused
+    from surfacelog.store.schema_check import inspect_file
+
+    try:
+        inspect_file(Path(db))
+    except VersionRefused as exc:
+        raise _usage("run", f"--db {exc}") from exc
+    except OSError as exc:
+        raise _usage("run", f"cannot read --db {db}: {exc.strerror or exc}") from exc
 
 
 def _fields_as_options(config: type[Any]) -> Signature:

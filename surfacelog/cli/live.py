@@ -4,8 +4,11 @@ report table or JSON, and the exit status."""
 from __future__ import annotations
 
 import asyncio
+import io
 import os
+import socket
 import sys
+import threading
 from typing import Any
 
 import ray
@@ -17,49 +20,109 @@ from rich.table import Table
 from surfacelog.actors.client import init_ray
 from surfacelog.cli.loadrun import run_workload
 from surfacelog.cli.localcluster import LocalCluster, make_shard_map, write_shard_map
-from surfacelog.cli.report_html import write_html
+from surfacelog.cli.outputs import OutputError
+from surfacelog.cli.report_html import summary_rows, write_html
 from surfacelog.cli.runmodel import RunConfig, Sample
 from surfacelog.schema.codec import encode_json
 
 EXIT_OK, EXIT_VERIFY_FAILED, EXIT_ERRORS, EXIT_FAILED = 0, 1, 3, 4
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+CONNECT_TIMEOUT_S = 5.0
+"""How long ``--address HOST:PORT`` is tried before the run gives up (exit 4): Ray's
+own connect retries for minutes."""
+
+
+class RayUnreachable(ConnectionError):
+    """``--address`` does not accept a connection within ``CONNECT_TIMEOUT_S``."""
+
+
+def probe_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Open (and close) a TCP connection to ``address`` (``HOST:PORT``; anything else,
+    such as ``auto`` or ``ray://``, is left to Ray). Raises ``RayUnreachable``."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "/" in address:
+        return
+    try:
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)),
+                                      timeout=timeout_s):
+            return
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or exc)
+        raise RayUnreachable(f"cannot reach Ray at {address} within {timeout_s:g} s: "
+                             f"{reason}") from exc
+
+
+class GcsWatch:
+    """Watches the GCS of the Ray this run started: when it dies, Ray's core worker
+    would end this process 60 s later with a log line and status 1, no report. The
+    watch instead prints one line, stops the run's Ray processes and exits with
+    ``EXIT_FAILED`` at once. ``stop`` it before shutting Ray down."""
+
+    POLL_S = 0.5
+
+    def __init__(self, pid: int, db: str) -> None:
+        self.pid = pid
+        self.db = db
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="gcs-watch", daemon=True)
+
+    @classmethod
+    def start(cls, db: str) -> GcsWatch | None:
+        """Watch the GCS of the Ray started in this process (``None`` when there is
+        none here: a joined cluster's GCS is another machine's)."""
+        from ray._private import ray_constants
+        from ray._private import worker as ray_worker
+
+        node: Any = ray_worker._global_node
+        procs = getattr(node, "all_processes", {}).get(ray_constants.PROCESS_TYPE_GCS_SERVER)
+        if not procs:
+            return None
+        watch = cls(procs[0].process.pid, db)
+        watch._thread.start()
+        return watch
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+    def _alive(self) -> bool:
+        import psutil
+
+        try:
+            return bool(psutil.Process(self.pid).status() != psutil.STATUS_ZOMBIE)
+        except psutil.NoSuchProcess:
+            return False
+
+    def _watch(self) -> None:
+        while not self._stopped.wait(self.POLL_S):
+            if self._alive():
+                continue
+            sys.stderr.write(f"run failed: Ray's GCS (process {self.pid}) died: the run "
+                             f"cannot complete (every acknowledged durable event is in "
+                             f"{self.db}; not verified)\n")
+            sys.stderr.flush()
+            from ray._private import worker as ray_worker
+
+            node: Any = ray_worker._global_node
+            try:
+                node.kill_all_processes(check_alive=False, allow_graceful=False)
+            except Exception as exc:  # reported; the exit below happens regardless
+                sys.stderr.write(f"run: stopping Ray's processes: {_one_line(exc)}\n")
+            os._exit(EXIT_FAILED)
+
+
+def _stdout_is_fd_1() -> bool:
+    """Whether ``sys.stdout`` writes to file descriptor 1 (not when a test captures
+    it in memory)."""
+    try:
+        return sys.stdout.fileno() == 1
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        return False  # an in-memory stream: nothing Ray writes to fd 1 reaches it
 
 
 def _report_table(report: dict[str, Any]) -> Table:
-    lat = report["append_latency_ms"]
-    comp, prunes = report["compactions"], report["prunes"]
     table = Table("metric", "value", title="surfacelog run")
-    rows = [
-        ("sessions", f"{report['sessions']} ({report['placement']}, {report['durability']}"
-                     + (", through the HTTP gateway)" if report["via"] == "http" else ")")),
-        ("turns done / interrupted", f"{report['turns_done']} / {report['turns_interrupted']}"),
-        ("events appended", str(report["events"])),
-        ("events/s", str(report["events_per_s"])),
-        ("append latency p50 / p95 / p99 (ms)", f"{lat['p50']} / {lat['p95']} / {lat['p99']}"),
-        ("compactions committed / failed", f"{comp['committed']} / {comp['failed']}"),
-        ("prunes committed", str(prunes["committed"])),
-        ("conflicts retried", str(report["conflicts_retried"])),
-        ("actor kills (chaos) / requests resent after", f"{report['actor_kills']} / "
-                                                        f"{report['resent']}"),
-        ("acknowledged events lost (buffered only)", str(report["lost_acknowledged"])),
-        ("errors", str(report["errors"])),
-        ("store size (bytes)", str(report["store_bytes"])),
-        ("wall time (s)", str(report["wall_s"])),
-        ("CPU per append, all processes (ms)", str(report["cpu_ms_per_append"])),
-        ("verification", "passed" if report["verification"]["passed"] else "FAILED"),
-    ]
-    if report["local_nodes"]:
-        rec = report["recovery_s"]
-        rows += [
-            ("local cluster", f"head + {report['local_nodes']} worker nodes, "
-                              f"{len(report['shards'])} shards, auth {report['auth_mode']}"),
-            ("shard map (for --shards)", str(report["shard_map"])),
-            ("node kills (abrupt)", f"{report['node_kills']} ({report['node_kills_abrupt']})"),
-            ("recovery, node lost -> shard serving: p50 / max (s)",
-             f"{rec['p50']} / {rec['max']}"
-             + (f"  never: {', '.join(rec['unrecovered'])}" if rec["unrecovered"] else "")),
-            ("requests refused during outages (retried)", str(report["unavailable"])),
-        ]
+    rows = summary_rows(report)
     for name, shard in report["shards"].items():
         if len(report["shards"]) == 1 and not report["local_nodes"]:
             break  # one shard: the figures above are its own
@@ -86,10 +149,10 @@ def run_live(cfg: RunConfig) -> int:
     console = Console(stderr=cfg.as_json)
     started_ray = not ray.is_initialized()
     report_fd = None
-    if cfg.local_nodes and cfg.as_json:
-        # The nodes' processes inherit file descriptor 1 and write to it (a killed
-        # raylet's last log lines): the JSON report alone goes to the real stdout,
-        # everything else to stderr.
+    if cfg.as_json and (cfg.local_nodes or _stdout_is_fd_1()):
+        # Ray's processes inherit file descriptor 1 and write to it (a killed raylet's
+        # last log lines, "A worker died..."), one node or several: the JSON report
+        # alone goes to the real stdout, everything else to stderr.
         sys.stdout.flush()
         report_fd = os.dup(1)
         os.dup2(2, 1)
@@ -105,6 +168,7 @@ def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | N
          ) -> int:
     """``run_live``'s body; the JSON report goes to ``report_fd`` when given."""
     cluster: LocalCluster | None = None
+    watch: GcsWatch | None = None
     try:
         if cfg.local_nodes:
             if not started_ray:
@@ -120,10 +184,16 @@ def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | N
         elif started_ray:
             console.print("starting Ray…" if cfg.address is None
                           else f"joining Ray at {cfg.address}…")
+            if cfg.address is not None:
+                probe_address(cfg.address)
             init_ray(cfg.address, include_dashboard=False, log_to_driver=False,
                      configure_logging=False)
+            watch = GcsWatch.start(str(cfg.db))
     except Exception as exc:
-        console.print(f"run failed: cannot start Ray: {_one_line(exc)}", markup=False)
+        console.print(f"run failed: cannot start Ray: {_one_line(exc)}", markup=False,
+                      soft_wrap=True)
+        if watch is not None:
+            watch.stop()
         _stop(cluster, started_ray, console)
         return EXIT_FAILED
     progress = Progress(TextColumn("turns"), BarColumn(), MofNCompleteColumn(),
@@ -168,13 +238,19 @@ def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | N
                       "with the same --db to resume (not verified)", markup=False)
         return EXIT_INTERRUPTED
     except Exception as exc:  # reported on one line, with the exit status that says so
-        console.print(f"run failed: {_one_line(exc)}", markup=False)
+        console.print(f"run failed: {_one_line(exc)}", markup=False, soft_wrap=True)
         return EXIT_FAILED
     finally:
+        if watch is not None:
+            watch.stop()
         _stop(cluster, started_ray, console)
     data = result.report()
+    report_failed = None
     if cfg.report is not None:
-        write_html(cfg.report, result)
+        try:
+            write_html(cfg.report, result)
+        except OutputError as exc:
+            report_failed = str(exc)
     if cfg.as_json and report_fd is not None:
         os.write(report_fd, encode_json(data) + b"\n")
     elif cfg.as_json:
@@ -182,9 +258,15 @@ def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | N
     else:
         console.print(_report_table(data))
         for problem in data["verification"]["mismatches"]:
-            console.print(f"[red]{problem}[/]")
-        if cfg.report is not None:
+            console.print(problem, style="red", markup=False, soft_wrap=True)
+        if cfg.report is not None and report_failed is None:
             console.print(f"HTML report: {cfg.report}")
+    if report_failed is not None:
+        console.print(f"run failed: {report_failed}", markup=False, soft_wrap=True)
+    for problem in result.incomplete:
+        console.print(f"run incomplete: {problem}", markup=False, soft_wrap=True)
+    if result.incomplete or report_failed is not None:
+        return EXIT_FAILED
     if not result.verified:
         return EXIT_VERIFY_FAILED
     return EXIT_ERRORS if data["errors"] else EXIT_OK
@@ -201,4 +283,4 @@ def _stop(cluster: LocalCluster | None, started_ray: bool, console: Console) -> 
         ray.shutdown()
     if cluster is not None:
         for problem in cluster.shutdown():
-            console.print(f"local cluster: {problem}", markup=False)
+            console.print(f"local cluster: {problem}", markup=False, soft_wrap=True)

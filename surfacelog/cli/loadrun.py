@@ -248,9 +248,11 @@ async def run_workload(cfg: RunConfig,
     done = asyncio.Event()
     node_kills: list[NodeKill] = []
     problems: list[str] = []
+    broken: list[str] = []  # why the run could not complete: it exits 4, not 1
+    kill_times: list[float] = []
     poller = asyncio.ensure_future(_poll(drivers, compactor, pruner, started, on_sample,
                                          done, node_kills))
-    chaos = asyncio.ensure_future(_chaos(client, ids, cfg, done))
+    chaos = asyncio.ensure_future(_chaos(client, ids, cfg, done, started, kill_times))
     node_chaos_task = None
     if cluster is not None and cfg.kill_node_every_s > 0:
         node_chaos_task = asyncio.ensure_future(node_chaos(
@@ -263,28 +265,25 @@ async def run_workload(cfg: RunConfig,
     write_failures: list[str] = []
     try:
         try:
-            results = await asyncio.gather(
-                *(d.run.remote(share, cfg.turns, started)
-                  for d, share in zip(drivers, shares, strict=True)),
-                return_exceptions=True)
+            results = await _drive(drivers, shares, cfg.turns, started, poller)
         finally:
             done.set()
-            kills = await _outcome(chaos, "actor chaos", 0, problems)
+            kills = await _outcome(chaos, "actor chaos", 0, broken)
             if node_chaos_task is not None:
-                await _outcome(node_chaos_task, "node chaos", None, problems)
+                await _outcome(node_chaos_task, "node chaos", None, broken)
             stopped = await asyncio.gather(compactor.stop.remote(), pruner.stop.remote(),
                                            return_exceptions=True)
             samples: list[Sample] = await _outcome(poller, "progress polling", [],
-                                                   problems)
+                                                   broken)
         parts = [r for r in results if isinstance(r, DriverProgress)]
-        problems += [f"a driver actor failed: {type(r).__name__}: {r}"[:300]
-                     for r in results if not isinstance(r, DriverProgress)]
+        broken += [f"a driver actor failed: {_describe(r)}"[:300]
+                   for r in results if not isinstance(r, DriverProgress)]
         for k, got in enumerate(stopped):
             if isinstance(got, CompactorStats):
                 cstats, pstats = (got, pstats) if k == 0 else (cstats, got)
             else:
-                problems.append(f"the {('compactor', 'pruner')[k]} actor failed: "
-                                f"{type(got).__name__}: {got}"[:300])
+                broken.append(f"the {('compactor', 'pruner')[k]} actor failed: "
+                              f"{_describe(got)}"[:300])
         wall = time.time() - started
         cpu_s = None if cpu_before is None else cpu_spent(cpu_before, cpu_by_process())
         try:
@@ -308,7 +307,7 @@ async def run_workload(cfg: RunConfig,
                              if shard != hosting.shards.home(sid).name]
             problems += compare(live, replayed)
         except Exception as exc:  # e.g. a node lost meanwhile: reported, never raised
-            problems.append(f"verification could not complete: {_describe(exc)}")
+            broken.append(f"verification could not complete: {_describe(exc)}")
     finally:
         for actor in (*drivers, compactor, pruner):
             ray.kill(actor)
@@ -323,11 +322,36 @@ async def run_workload(cfg: RunConfig,
                             "the logs")
         problems += [f"a durable write failed: {line}" for line in write_failures]
     size = sum(store_bytes(shard.path) for shard in hosting.shards.shards)
+    problems = broken + problems
     return RunResult(cfg, wall, merged, cstats, pstats, size, live,
                      not problems, problems, samples, journal, kills or 0, write_failures,
                      cpu_s, shard_nodes=shard_nodes, shard_map=shard_map_file,
                      node_kills=node_kills,
-                     auth_mode=None if cluster is None else cluster.auth_mode)
+                     auth_mode=None if cluster is None else cluster.auth_mode,
+                     incomplete=broken, actor_kill_times=kill_times, started_at=started)
+
+
+async def _drive(drivers: list[Any], shares: list[list[str]], turns: int, started: float,
+                 poller: asyncio.Future[list[Sample]]) -> list[Any]:
+    """Run the drivers; each one's ``DriverProgress``, or the error it failed with.
+    When one fails, or the polling does (a driver, the compactor or the pruner lost),
+    the run cannot complete: the other drivers are told to stop after their current
+    turn, so that the run ends with what it did instead of going on without them."""
+    async def one(driver: Any, share: list[str]) -> Any:
+        return await driver.run.remote(share, turns, started)
+
+    runs = [asyncio.ensure_future(one(d, share))
+            for d, share in zip(drivers, shares, strict=True)]
+    pending: set[asyncio.Future[Any]] = {*runs, poller}
+    stopping = False
+    while pending - {poller}:
+        finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        if not stopping and any(f.exception() is not None for f in finished):
+            stopping = True
+            # A driver already lost answers with its error, collected with its run's.
+            await asyncio.gather(*(d.stop.remote() for d in drivers),
+                                 return_exceptions=True)
+    return [r.exception() or r.result() for r in runs]
 
 
 def start_run_gateway(hosting: HostingConfig) -> tuple[str, str]:
@@ -404,7 +428,8 @@ def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
     return sum(t - before.get(pid, 0.0) for pid, t in after.items())
 
 
-async def _chaos(client: Client, ids: list[str], cfg: RunConfig, done: asyncio.Event) -> int:
+async def _chaos(client: Client, ids: list[str], cfg: RunConfig, done: asyncio.Event,
+                 started: float, kill_times: list[float]) -> int:
     """Until ``done``, kill the actor serving a random session (seeded) the way a crash
     would, ``kill_every_s`` seconds after the previous victim serves again: Ray
     restarts it, its sessions activate again through crash repair, and the drivers
@@ -430,6 +455,7 @@ async def _chaos(client: Client, ids: list[str], cfg: RunConfig, done: asyncio.E
             victim = client.journals[names[0] if len(names) == 1 else rng.choice(names)]
         else:
             victim = await client.actor(rng.choice(ids))
+        kill_times.append(round(time.time() - started, 3))
         await kill_and_await_restart(victim)
         kills += 1
 

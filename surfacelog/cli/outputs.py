@@ -1,6 +1,6 @@
 """Files a command writes: the rules that keep a user's mistake from destroying data,
-and the atomic write. Every CLI output file goes through here (``export -o`` today;
-``run --report`` is meant to as well).
+and the atomic write. Every CLI output file goes through here (``export -o`` and
+``run --report``).
 
 Rules (``check_output``), in order:
 

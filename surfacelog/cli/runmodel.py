@@ -50,9 +50,9 @@ class RunConfig:
     packs: Annotated[int, Option(help="session actors in packed placement", min=1)] = 4
     drivers: Annotated[int, Option(help="agent-loop driver actors", min=1)] = 2
     compact_at: Annotated[int, Option(
-        help="compact a surface above this many estimated tokens")] = 3000
+        min=0, help="compact a surface above this many estimated tokens")] = 3000
     prune_over: Annotated[int, Option(
-        help="prune tool results over this many characters")] = 4000
+        min=0, help="prune tool results over this many characters")] = 4000
     durability: Annotated[Durability, Option(
         help="durable: an append is acknowledged once committed; buffered: once queued "
              "for the journal")] = "durable"
@@ -73,7 +73,14 @@ class RunConfig:
     db: Annotated[Path, Option(help="SQLite database file")] = Path("surfacelog.db")
     address: Annotated[str | None, Option(
         help="join this Ray cluster instead of starting a local one")] = None
-    report: Annotated[Path | None, Option(help="write an HTML report here")] = None
+    report: Annotated[Path | None, Option(
+        metavar="FILE.html",
+        help="write an HTML report here (never over --db or its -wal/-shm files, nor any "
+             "SQLite database; an existing file only with --force; written atomically)")
+    ] = None
+    force: Annotated[bool, Option(
+        "--force", help="let --report replace an existing file (never a database)")
+    ] = False
     seed: Annotated[int, Option(help="seed of the scripted agents")] = 0
     kill_every_s: Annotated[float, Option(
         "--kill-every", min=0.0,
@@ -209,6 +216,13 @@ class RunResult:
     node_kills: list[NodeKill] = field(default_factory=list)
     auth_mode: str | None = None
     """Ray's authentication mode of a local cluster (``token``)."""
+    incomplete: list[str] = field(default_factory=list)
+    """Why the run could not complete (a driver, the compactor or the pruner lost,
+    verification cut short...): the report is partial and the run exits 4."""
+    actor_kill_times: list[float] = field(default_factory=list)
+    """Seconds since the start at which the actor chaos killed an actor."""
+    started_at: float = 0.0
+    """When the drivers started (epoch seconds): ``Sample.t`` counts from here."""
 
     def recoveries(self) -> dict[str, list[float]]:
         """Per shard, for each node kill that took it: seconds from the node's loss to
@@ -323,6 +337,7 @@ class RunResult:
                                   else round(1000 * self.cpu_s / p.appends, 3)),
             "verification": {"passed": self.verified, "sessions": len(self.live),
                              "mismatches": self.mismatches[:20]},
+            "incomplete": self.incomplete[:20],
             "local_nodes": self.config.local_nodes,
             "shard_map": self.shard_map,
             "auth_mode": self.auth_mode,
