@@ -24,6 +24,7 @@ from surfacelog.cli.outputs import OutputError
 from surfacelog.cli.report_html import summary_rows, write_html
 from surfacelog.cli.runmodel import RunConfig, Sample
 from surfacelog.schema.codec import encode_json
+from surfacelog.schema.errors import SurfacelogError
 
 EXIT_OK, EXIT_VERIFY_FAILED, EXIT_ERRORS, EXIT_FAILED = 0, 1, 3, 4
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
@@ -32,7 +33,7 @@ CONNECT_TIMEOUT_S = 5.0
 own connect retries for minutes."""
 
 
-class RayUnreachable(ConnectionError):
+class RayUnreachable(ConnectionError, SurfacelogError):
     """``--address`` does not accept a connection within ``CONNECT_TIMEOUT_S``."""
 
 
