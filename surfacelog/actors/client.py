@@ -42,6 +42,7 @@ from surfacelog.actors.protocol import (
     encode_append,
     failure_line,
 )
+from surfacelog.actors.replication import shard_writer_parts
 from surfacelog.actors.retry import Backoff, through_restarts
 from surfacelog.actors.session_actor import RemoteSessionActor
 from surfacelog.schema.events import (
@@ -57,8 +58,8 @@ from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
 from surfacelog.session.context import DEFAULT_PLUGIN, context_message
 from surfacelog.session.fork import SESSION_ALREADY_EXISTS, ForkError
 from surfacelog.session.pressure import ContextPressure
-from surfacelog.store.backends import store_backend
 from surfacelog.store.base import CommitFailed, SessionExists, SessionInfo, StoreError
+from surfacelog.store.replica import ReplicaPlan
 from surfacelog.store.shards import Shard, ShardMap
 
 RETRY_FOR_S = 30.0
@@ -382,8 +383,13 @@ def start_writer(config: HostingConfig, shard: Shard) -> Any:
         name=journal_name(shard.path), namespace=NAMESPACE, get_if_exists=True,
         lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,
         max_concurrency=_MAX_CONCURRENCY, resources=shard.pin,
-    ).remote(store_backend(shard.path, **config.store_options),
-             Recorder(config.placement, config.writer, shard.name))
+    ).remote(*_writer_parts(config, shard))
+
+
+def _writer_parts(config: HostingConfig, shard: Shard) -> tuple[Any, Recorder,
+                                                                ReplicaPlan | None]:
+    opener, plan = shard_writer_parts(shard, config.store_options)
+    return opener, Recorder(config.placement, config.writer, shard.name), plan
 
 
 def connect(address: str | None = None, db: str = "surfacelog.db", *,
