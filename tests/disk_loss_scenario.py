@@ -186,7 +186,18 @@ class Run:
         node_after = await _ask(owner.node_id.remote())
         restored = await _read_file(self.shard.path)
         result = compare(acked, restored)
+        for d in drivers:
+            # The lost tail is forgotten: its seqs now hold what comes after the restore
+            # (the seed marker and repair closers first), compared at the next loss.
+            kept = len(restored.get(d.sid, []))
+            d.acked = {seq: ev for seq, ev in d.acked.items() if seq < kept}
+        # The supervisor starts litestream on its own thread: wait (bounded) for it.
+        wait_until = time.monotonic() + 15
         new_status = await _ask(owner.replica_status.remote())
+        while (new_status is None or new_status.pid is None) and \
+                time.monotonic() < wait_until:
+            await asyncio.sleep(0.1)
+            new_status = await _ask(owner.replica_status.remote())
         log(f"restored on node {node_after[:8]} in {ready_s:.2f} s: {result['lost']} "
             f"acknowledged events lost of {acked_total}")
         return {"acked": acked_total, **result, "other_node": node_after != node_before,
@@ -194,7 +205,8 @@ class Run:
                 "outage_s": round(time.monotonic() - lost_at, 3),
                 "litestream_running_after": new_status is not None
                 and new_status.pid is not None,
-                "old_litestream_gone": not _alive(ls_pid)}
+                "old_litestream_gone": not _alive(ls_pid),
+                "litestream_restarts": None if new_status is None else new_status.restarts}
 
     def stop(self) -> None:
         import ray
