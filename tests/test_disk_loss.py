@@ -56,3 +56,52 @@ def test_disk_loss_soak() -> None:
     """8 sessions, three disk losses in a row, 8 s of load before each."""
     _check_losses(run_scenario("--sessions", "8", "--warmup-s", "8", "--losses", "3",
                                timeout_s=900), 3)
+
+
+# -- surfacelog run --replica DIR --kill-disk-every SEC ------------------------------------
+
+
+def test_run_loses_disks_and_restores_them(tmp_path: Path) -> None:
+    """The load run on a local cluster of two worker nodes with a replica per shard, a
+    worker node losing its disk every 2 s: it verifies, every acknowledged event found
+    missing is on a shard that lost its disk (counted, not a failure), the shard map
+    names the replicas, and no litestream process is left."""
+    from test_run_cluster import run_report
+
+    from surfacelog.actors.replication import litestream_processes
+    from surfacelog.store.replica import ReplicaPlan
+    from surfacelog.store.shards import load_shard_map
+
+    db = tmp_path / "run.db"
+    report = run_report(db, "--local-nodes", "2", "--shards", "2", "--sessions", "6",
+                        "--turns", "40", "--replica", str(tmp_path / "replicas"),
+                        "--kill-disk-every", "2", timeout_s=300)
+    assert report["verification"]["passed"] and not report["incomplete"]
+    assert report["disk_losses"] >= 1 and report["errors"] == 0
+    assert report["lost_to_disk_loss"] == report["lost_acknowledged"]
+    assert not report["recovery_s"]["unrecovered"]
+    assert all(k["disk_lost"] for k in report["node_kill_log"])
+    shards = load_shard_map(tmp_path / "run.shards.json")
+    for shard in shards.shards:
+        assert shard.replica == str(tmp_path / "replicas" / shard.name)
+        plan = ReplicaPlan.of(shard)
+        assert plan is not None and not litestream_processes(str(plan.config_path))
+
+
+@pytest.mark.parametrize(("args", "problem"), [
+    (["--replica", "r"], "--replica needs --local-nodes"),
+    (["--local-nodes", "2", "--kill-disk-every", "3"], "--kill-disk-every needs --replica"),
+    (["--local-nodes", "2", "--replica", "r", "--kill-disk-every", "3",
+      "--kill-node-every", "3"], "not both"),
+])
+def test_disk_options_are_checked(monkeypatch: pytest.MonkeyPatch, args: list[str],
+                                  problem: str) -> None:
+    from typer.testing import CliRunner
+
+    from surfacelog.cli import app, live
+
+    monkeypatch.setattr(live, "run_live", lambda cfg: pytest.fail("ran"))
+    result = CliRunner().invoke(app, ["run", *args])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and problem in lines[0], result.output
