@@ -63,7 +63,7 @@ def test_disk_loss_soak() -> None:
 
 def test_run_loses_disks_and_restores_them(tmp_path: Path) -> None:
     """The load run on a local cluster of two worker nodes with a replica per shard, a
-    worker node losing its disk every 2 s: it verifies, every acknowledged event found
+    worker node losing its disk every 1.5 s: it verifies, every acknowledged event found
     missing is on a shard that lost its disk (counted, not a failure), the shard map
     names the replicas, and no litestream process is left."""
     from test_run_cluster import run_report
@@ -73,9 +73,9 @@ def test_run_loses_disks_and_restores_them(tmp_path: Path) -> None:
     from surfacelog.store.shards import load_shard_map
 
     db = tmp_path / "run.db"
-    report = run_report(db, "--local-nodes", "2", "--shards", "2", "--sessions", "6",
-                        "--turns", "40", "--replica", str(tmp_path / "replicas"),
-                        "--kill-disk-every", "2", timeout_s=300)
+    report = run_report(db, "--local-nodes", "2", "--shards", "2", "--sessions", "4",
+                        "--turns", "25", "--replica", str(tmp_path / "replicas"),
+                        "--kill-disk-every", "1.5", timeout_s=300)
     assert report["verification"]["passed"] and not report["incomplete"]
     assert report["disk_losses"] >= 1 and report["errors"] == 0
     assert report["lost_to_disk_loss"] == report["lost_acknowledged"]
