@@ -294,3 +294,17 @@ def test_cli_restore(tmp_path: Path) -> None:
         done = _cli("restore", *args, "--shards", str(config))
         assert (done.returncode, words in done.stderr) == (status, True), done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_a_replica_needs_a_sqlite_file(tmp_path: Path) -> None:
+    from surfacelog.actors.replication import shard_writer_parts
+    from surfacelog.store.replica import ReplicaError
+
+    root = tmp_path / "dsh-root"
+    root.mkdir()
+    with pytest.raises(ReplicaError, match="directory"):
+        shard_writer_parts(Shard("s0", str(root), replica=str(tmp_path / "r")), {})
+    opener, plan = shard_writer_parts(Shard("s0", str(tmp_path / "s0.db"),
+                                            replica=str(tmp_path / "r")), {})
+    assert plan is not None and opener.keywords["wal_autocheckpoint"] == 0
+    assert shard_writer_parts(Shard("s0", str(tmp_path / "s0.db")), {})[1] is None

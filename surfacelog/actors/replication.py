@@ -32,6 +32,7 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Any, Final
 
 import msgspec
@@ -42,6 +43,7 @@ from surfacelog.store.base import EventStore
 from surfacelog.store.errors import StoreError
 from surfacelog.store.replica import (
     REPLICATED_STORE_OPTIONS,
+    ReplicaError,
     ReplicaPlan,
     litestream_binary,
     restore_if_missing,
@@ -237,10 +239,14 @@ def replicated_options(options: dict[str, Any]) -> dict[str, Any]:
 def shard_writer_parts(shard: Shard, options: dict[str, Any]) -> tuple[Any, ReplicaPlan | None]:
     """What a shard's writer is built with: the picklable opener of its store and its
     replica plan (``None`` without a replica; with one, the opener's options are
-    ``replicated_options``)."""
+    ``replicated_options``). Raises ``ReplicaError`` for a replica on a shard whose path
+    is a directory."""
     plan = ReplicaPlan.of(shard)
     if plan is None:
         return store_backend(shard.path, **options), None
+    if Path(shard.path).is_dir():
+        raise ReplicaError(f"shard {shard.name!r}: {shard.path} is a directory (a DSH "
+                           f"sessions root); Litestream replicates a SQLite file only")
     return store_backend(shard.path, **replicated_options(options)), plan
 
 
