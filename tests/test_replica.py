@@ -308,3 +308,60 @@ def test_a_replica_needs_a_sqlite_file(tmp_path: Path) -> None:
                                             replica=str(tmp_path / "r")), {})
     assert plan is not None and opener.keywords["wal_autocheckpoint"] == 0
     assert shard_writer_parts(Shard("s0", str(tmp_path / "s0.db")), {})[1] is None
+
+
+# -- through the actors (the suite's local Ray) ------------------------------------------------
+
+
+@pytest.mark.usefixtures("ray_local")
+@pytest.mark.parametrize("writer", ["journal", "owner"])
+async def test_a_shard_writer_replicates_and_supervises(tmp_path: Path, writer: str) -> None:
+    """The shard's writer actor (a journal, or the owner) runs Litestream beside it,
+    starts it again when it is killed, stops it at shutdown after the last sync: a
+    restore of the replica then holds every acknowledged event."""
+    from surfacelog.actors.client import connect
+    from surfacelog.actors.config import HostingConfig
+
+    shard = Shard("s0", str(tmp_path / "s0.db"), replica=str(tmp_path / "replica"),
+                  replica_sync_s=0.2)
+    client = connect(config=HostingConfig(ShardMap((shard,)), placement="packed", packs=2,
+                                          writer=writer))  # type: ignore[arg-type]
+    plan = ReplicaPlan.of(shard)
+    assert plan is not None
+    try:
+        owner = client.journals["s0"]
+        acked: dict[str, list[tuple[str, object]]] = {}
+        for k in range(3):
+            handle = client.session(f"r{k}")
+            for turn in range(1, 4):
+                for etype, data in (("turn/start", {"turn": turn}),
+                                    ("turn/end", {"turn": turn,
+                                                  "reason": {"kind": "completed"}})):
+                    event = await handle.append(etype, data)
+                    acked.setdefault(handle.session_id, []).append((event.type, event.data))
+        status = await owner.replica_status.remote()
+        assert status is not None and status.pid is not None and status.restarts == 0
+        os.kill(status.pid, signal.SIGKILL)
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            status = await owner.replica_status.remote()
+            if status.restarts == 1 and status.pid is not None:
+                break
+            assert time.monotonic() < deadline, status
+            await asyncio.sleep(0.05)
+        more = await client.session("r0").append("turn/start", {"turn": 4})
+        acked["r0"].append((more.type, more.data))
+    finally:
+        assert client.shutdown() == []
+    assert not litestream_processes(str(plan.config_path))
+    report = await restore(plan.replica, tmp_path / "restored.db")
+    assert report is not None and report.sessions == 3
+    store = await SqliteEventStore.open(report.path, read_only=True)
+    try:
+        for sid, events in acked.items():
+            log = [(e.type, e.data) for e in (await store.load(sid)).log]
+            # every acknowledged event, at its place among the seed marker's and the
+            # activation's own events
+            assert [e for e in log if e in events] == events
+    finally:
+        await store.close()

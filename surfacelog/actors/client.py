@@ -353,11 +353,16 @@ class Client:
         try:
             _run_sync(passivate())
         finally:
-            for actor in self._actors.values():
-                ray.kill(actor, no_restart=True)
+            # The writers close first (with ``writer="owner"`` they are among the
+            # session actors): a writer's close stops its shard's Litestream after a
+            # last sync, which a kill would cut short (Ray kills a worker's children
+            # with it).
             for journal in self.journals.values():
                 with contextlib.suppress(RayActorError, GetTimeoutError):
                     ray.get(journal.close.remote(), timeout=self.retry_for_s)
+            for actor in self._actors.values():
+                ray.kill(actor, no_restart=True)
+            for journal in self.journals.values():
                 ray.kill(journal, no_restart=True)
             self._actors.clear()
         return failures
