@@ -35,6 +35,7 @@ from typing import Any, Final
 
 import jsonschema
 import kubernetes_validate
+import msgspec
 import pytest
 import yaml
 
@@ -960,3 +961,63 @@ def test_the_head_starts_with_the_token_mode_no_cpus_and_no_shard(
     assert start[0] == "token"
     assert "--head" in start and "--num-cpus=0" in start
     assert not [a for a in start if a.startswith("--resources")]
+
+
+# -- Litestream replicas (issue 17) ---------------------------------------------------------
+
+REPLICA_SECRET = "surfacelog-replica-s3"
+REPLICA_ENV = {"AWS_ACCESS_KEY_ID": "access_key_id",
+               "AWS_SECRET_ACCESS_KEY": "secret_access_key"}
+
+
+def replica_problems(shards: ShardMap, cluster: Doc) -> list[str]:
+    """Every shard names an object-store replica of its own, and the worker group that
+    offers its resource (where its writer and Litestream run) gets the replica's
+    credentials from the Secret only, never as a literal value."""
+    problems: list[str] = []
+    seen: dict[str, str] = {}
+    for shard in shards.shards:
+        if shard.replica is None:
+            problems.append(f"shard {shard.name} has no replica")
+            continue
+        if not shard.replica.startswith("s3://"):
+            problems.append(f"shard {shard.name}: replica {shard.replica!r} is not an s3:// URL")
+        if shard.replica in seen:
+            problems.append(f"shards {seen[shard.replica]} and {shard.name} share a replica")
+        seen[shard.replica] = shard.name
+        groups = [g for g in _groups(cluster) if shard.resource in
+                  ray_start_resources(g.get("rayStartParams", {}))]
+        for group in groups:
+            for c in _containers(group["template"]):
+                env = {e["name"]: e for e in c.get("env", [])}
+                for name, key in REPLICA_ENV.items():
+                    ref = env.get(name, {}).get("valueFrom", {}).get("secretKeyRef", {})
+                    if "value" in env.get(name, {}) or \
+                            (ref.get("name"), ref.get("key")) != (REPLICA_SECRET, key):
+                        problems.append(f"{group['groupName']}/{c['name']}: {name} is not "
+                                        f"secretKeyRef {REPLICA_SECRET}/{key}")
+    return problems
+
+
+def test_every_shard_is_replicated_with_credentials_from_the_secret(
+        shard_map: ShardMap) -> None:
+    assert replica_problems(shard_map, _one("RayCluster")) == []
+    bare = load_shard_map(DEPLOY / "shards.bare-metal.json")
+    assert all(s.replica is not None and s.replica.startswith("s3://") for s in bare.shards)
+    assert len({s.replica for s in bare.shards}) == len(bare.shards)
+    readme = _text(DEPLOY / "README.md")
+    assert f"kubectl create secret generic {REPLICA_SECRET}" in readme
+    for key in REPLICA_ENV.values():
+        assert f"--from-literal={key}=" in readme
+
+
+def test_a_replica_mistake_is_found(shard_map: ShardMap) -> None:
+    cluster = _one("RayCluster")
+    container = cluster["spec"]["workerGroupSpecs"][1]["template"]["spec"]["containers"][0]
+    container["env"] = [e for e in container["env"] if e["name"] != "AWS_SECRET_ACCESS_KEY"]
+    container["env"].append({"name": "AWS_SECRET_ACCESS_KEY", "value": "literal"})
+    shared = ShardMap(tuple(msgspec.structs.replace(s, replica="s3://b/one")
+                            for s in shard_map.shards))
+    problems = replica_problems(shard_map, cluster) + replica_problems(shared, _one("RayCluster"))
+    assert any("shard-s1/ray-worker: AWS_SECRET_ACCESS_KEY" in p for p in problems), problems
+    assert any("share a replica" in p for p in problems), problems

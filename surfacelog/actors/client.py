@@ -42,6 +42,7 @@ from surfacelog.actors.protocol import (
     encode_append,
     failure_line,
 )
+from surfacelog.actors.replication import shard_writer_parts
 from surfacelog.actors.retry import Backoff, through_restarts
 from surfacelog.actors.session_actor import RemoteSessionActor
 from surfacelog.schema.events import (
@@ -57,8 +58,8 @@ from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
 from surfacelog.session.context import DEFAULT_PLUGIN, context_message
 from surfacelog.session.fork import SESSION_ALREADY_EXISTS, ForkError
 from surfacelog.session.pressure import ContextPressure
-from surfacelog.store.backends import store_backend
 from surfacelog.store.base import CommitFailed, SessionExists, SessionInfo, StoreError
+from surfacelog.store.replica import ReplicaPlan
 from surfacelog.store.shards import Shard, ShardMap
 
 RETRY_FOR_S = 30.0
@@ -352,11 +353,16 @@ class Client:
         try:
             _run_sync(passivate())
         finally:
-            for actor in self._actors.values():
-                ray.kill(actor, no_restart=True)
+            # The writers close first (with ``writer="owner"`` they are among the
+            # session actors): a writer's close stops its shard's Litestream after a
+            # last sync, which a kill would cut short (Ray kills a worker's children
+            # with it).
             for journal in self.journals.values():
                 with contextlib.suppress(RayActorError, GetTimeoutError):
                     ray.get(journal.close.remote(), timeout=self.retry_for_s)
+            for actor in self._actors.values():
+                ray.kill(actor, no_restart=True)
+            for journal in self.journals.values():
                 ray.kill(journal, no_restart=True)
             self._actors.clear()
         return failures
@@ -382,8 +388,13 @@ def start_writer(config: HostingConfig, shard: Shard) -> Any:
         name=journal_name(shard.path), namespace=NAMESPACE, get_if_exists=True,
         lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,
         max_concurrency=_MAX_CONCURRENCY, resources=shard.pin,
-    ).remote(store_backend(shard.path, **config.store_options),
-             Recorder(config.placement, config.writer, shard.name))
+    ).remote(*_writer_parts(config, shard))
+
+
+def _writer_parts(config: HostingConfig, shard: Shard) -> tuple[Any, Recorder,
+                                                                ReplicaPlan | None]:
+    opener, plan = shard_writer_parts(shard, config.store_options)
+    return opener, Recorder(config.placement, config.writer, shard.name), plan
 
 
 def connect(address: str | None = None, db: str = "surfacelog.db", *,

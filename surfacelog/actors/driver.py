@@ -109,6 +109,9 @@ class ShardProgress(msgspec.Struct):
     outages_s: list[float] = msgspec.field(default_factory=list)
     """Per request that was refused at least once: from its first attempt to its
     success."""
+    lost: int = 0
+    """Acknowledged events this shard's sessions were found no longer holding (counted
+    in ``DriverProgress.lost`` too)."""
 
     def merge(self, other: ShardProgress) -> None:
         """Add ``other``'s counters and samples to these."""
@@ -119,6 +122,7 @@ class ShardProgress(msgspec.Struct):
         self.unavailable += other.unavailable
         self.transient += other.transient
         self.outages_s.extend(other.outages_s)
+        self.lost += other.lost
 
 
 class DriverProgress(msgspec.Struct):
@@ -218,6 +222,7 @@ class SessionDriver:
         self.next_seq = snap.length
         missing = max(0, acknowledged - snap.length)
         self.progress.lost += missing
+        self.shard.lost += missing
         return missing
 
     async def _last_turn(self) -> int:

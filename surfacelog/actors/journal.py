@@ -43,9 +43,11 @@ from surfacelog.actors.protocol import (
     pack_batch,
     unpack_batch,
 )
+from surfacelog.actors.replication import LitestreamSupervisor, ReplicaStatus, open_replicated
 from surfacelog.actors.retry import through_restarts
 from surfacelog.schema.header import SessionHeader
 from surfacelog.store.base import EventStore, SessionInfo, SessionNotFound
+from surfacelog.store.replica import ReplicaPlan
 from surfacelog.store.rows import EncodedBatch
 from surfacelog.store.stored import StoredSession
 
@@ -143,10 +145,15 @@ class JournalActor:
     """
 
     def __init__(self, open_backend: BackendOpener,
-                 metrics: Recorder | None = None) -> None:
+                 metrics: Recorder | None = None, replica: ReplicaPlan | None = None) -> None:
         """``metrics``: where the backend's group commits are recorded (commit batch
-        size and latency, queued batches, failed commits)."""
+        size and latency, queued batches, failed commits). ``replica``: the shard is
+        replicated by Litestream (``actors.replication``): on first use its file is
+        restored when missing (and verified) before it is opened, and a supervised
+        ``litestream replicate`` runs beside this writer until ``close``."""
         self._open_backend = open_backend
+        self._replica = replica
+        self._supervisor: LitestreamSupervisor | None = None
         self._store: EventStore | None = None
         self._opening = asyncio.Lock()
         self._metrics = metrics
@@ -155,7 +162,11 @@ class JournalActor:
         if self._store is None:
             async with self._opening:
                 if self._store is None:
-                    store = await self._open_backend()
+                    if self._replica is None:
+                        store = await self._open_backend()
+                    else:
+                        opened = await open_replicated(self._replica, self._open_backend)
+                        store, self._supervisor = opened.store, opened.supervisor
                     store.observe_commits(self._metrics)
                     self._store = store
         return self._store
@@ -255,10 +266,21 @@ class JournalActor:
         """``stats`` under the name a shard's writer answers to, journal or owner."""
         return await self.stats()
 
+    async def replica_status(self) -> ReplicaStatus | None:
+        """The shard's Litestream process (``None``: no replica, or not opened yet)."""
+        return None if self._supervisor is None else self._supervisor.status()
+
     async def close(self) -> None:
-        if self._store is not None:
-            await self._store.close()
-            self._store = None
+        """Close the backend, then stop the shard's Litestream (which first ships the
+        last commits to the replica)."""
+        try:
+            if self._store is not None:
+                await self._store.close()
+                self._store = None
+        finally:
+            if self._supervisor is not None:
+                supervisor, self._supervisor = self._supervisor, None
+                await asyncio.to_thread(supervisor.stop)
 
 
 class JournalStore(EventStore):

@@ -42,11 +42,11 @@ from surfacelog.actors.protocol import (
     failure_line,
     pack_batch,
 )
+from surfacelog.actors.replication import ReplicaStatus, shard_writer_parts
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
 from surfacelog.session.pressure import ContextPressure
-from surfacelog.store.backends import store_backend
 from surfacelog.store.base import EventStore, SessionInfo, WriterFenced
 from surfacelog.store.rows import encode_batch
 
@@ -76,8 +76,9 @@ class SessionActor:
         if config.writer == "owner":
             # This actor is the shard's one writer: the journal's code runs in-process,
             # and an append commits without a second Ray call.
-            self._owner = JournalActor(store_backend(path, **config.store_options),
-                                       self._metrics)
+            opener, plan = shard_writer_parts(config.shards.get(shard),
+                                              config.store_options)
+            self._owner = JournalActor(opener, self._metrics, plan)
         else:
             journal = ray.get_actor(journal_name(path), namespace=NAMESPACE)
             self._store = JournalStore(journal, metrics=self._metrics)
@@ -123,6 +124,9 @@ class SessionActor:
 
     async def close(self) -> None:
         await self._owned().close()
+
+    async def replica_status(self) -> ReplicaStatus | None:
+        return await self._owned().replica_status()
 
     # -- activation ------------------------------------------------------------------
 

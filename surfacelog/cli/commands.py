@@ -44,6 +44,8 @@ from surfacelog.store.dsh_sources import (
 )
 from surfacelog.store.errors import SessionExists
 from surfacelog.store.jsonl import prepare_import
+from surfacelog.store.replica import LitestreamNotFound, ReplicaError, RestoreRefused
+from surfacelog.store.replica import restore as restore_replica
 from surfacelog.store.sharded import ShardedStores
 from surfacelog.store.shards import ShardConfigError, ShardMap, load_shard_map
 from surfacelog.store.verify import verify_shards
@@ -587,6 +589,63 @@ def _verify_shards(shard_map: ShardMap) -> int:
                f"{len(result.duplicates)} id(s) on several shards, "
                f"{len(result.misplaced)} misplaced")
     return 0 if result.ok else 1
+
+
+@app.command()
+def restore(
+    shard: Annotated[str, typer.Argument(metavar="SHARD", help="the shard's name")],
+    shards: Annotated[Path, typer.Option(
+        "--shards", metavar="FILE", help="shard configuration (JSON) naming the shard's "
+        "replica")],
+    to: Annotated[Path | None, typer.Option(
+        "--to", metavar="PATH", show_default=False,
+        help="where to write the restored file (default: the shard's own path)")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="replace an existing file (and its -wal/-shm) at the target, "
+                        "once the restored file verified")] = False,
+    json: JsonOpt = False,
+) -> None:
+    """Restore shard SHARD from its Litestream replica (its ``replica`` in the shard
+    configuration) to ``--to PATH``, or to the shard's own path, on this machine.
+
+    Litestream restores into a temporary file beside the target; every session of it
+    is loaded through the full validation before it is renamed into place, so nothing
+    is written at the target unless it verified. A shard's writer does the same by
+    itself when it starts and finds the shard's file missing.
+
+    Exit 0 restored and verified; 1 the replica holds no backup, ``litestream restore``
+    failed, or the restored file does not verify (nothing written); 2 usage: a bad
+    shard configuration, an unknown shard, a shard without a replica, a target (or its
+    -wal/-shm) that exists without ``--force``, no ``litestream`` command.
+    """
+    shard_map = _either("restore", None, shards)
+    assert shard_map is not None
+    try:
+        chosen = shard_map.get(shard)
+    except KeyError:
+        raise _usage("restore", f"no shard {shard!r} in {shards} (shards: "
+                     f"{', '.join(shard_map.names)})") from None
+    if chosen.replica is None:
+        raise _usage("restore", f"shard {shard!r} has no replica in {shards}")
+    target = to if to is not None else Path(chosen.path)
+    try:
+        report = asyncio.run(restore_replica(chosen.replica, target, shard=chosen.name,
+                                             force=force))
+    except (RestoreRefused, LitestreamNotFound) as exc:
+        echo(exc, err=True)
+        raise typer.Exit(2) from exc
+    except ReplicaError as exc:
+        raise _fail(exc) from exc
+    except OSError as exc:
+        echo(f"cannot write {target}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(1) from exc
+    assert report is not None
+    if json:
+        sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
+    else:
+        echo(f"restored shard {report.shard} to {report.path}: {report.bytes} bytes, "
+             f"{report.sessions} session(s), {report.events} event(s), all verified "
+             f"(restore {report.restore_s:.2f} s, verification {report.verify_s:.2f} s)")
 
 
 @app.command()

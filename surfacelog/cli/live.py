@@ -175,7 +175,7 @@ def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | N
             if not started_ray:
                 raise RuntimeError("Ray is already initialised in this process: a local "
                                    "cluster cannot be started")
-            shards, map_path = make_shard_map(cfg.db, cfg.shard_count)
+            shards, map_path = make_shard_map(cfg.db, cfg.shard_count, cfg.replica)
             write_shard_map(shards, map_path)
             console.print(f"starting a local cluster: a head node and {cfg.local_nodes} "
                           f"worker nodes, {cfg.shard_count} shards (shard map {map_path})…",

@@ -24,12 +24,15 @@ import contextlib
 import importlib
 import os
 import random
+import shutil
+import signal
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
+from ray.exceptions import RayError
 
 from surfacelog.actors.client import local_ray_on_loopback
 from surfacelog.cli.runmodel import NodeKill
@@ -56,11 +59,14 @@ def shard_files(db: Path, count: int) -> tuple[list[Path], Path]:
     return files, db.with_name(f"{stem}.shards.json")
 
 
-def make_shard_map(db: Path, count: int) -> tuple[ShardMap, Path]:
+def make_shard_map(db: Path, count: int, replica: Path | None = None
+                   ) -> tuple[ShardMap, Path]:
     """The shard map of a ``count``-shard run on ``db`` (absolute paths) and where it is
-    written (see ``write_shard_map``)."""
+    written (see ``write_shard_map``). ``replica``: each shard ``sK`` is replicated by
+    Litestream to the directory ``replica/sK``."""
     files, map_path = shard_files(db.absolute(), count)
-    shards = tuple(Shard(f"s{k}", str(path), default_resource(f"s{k}"))
+    shards = tuple(Shard(f"s{k}", str(path), default_resource(f"s{k}"),
+                         replica=None if replica is None else str(replica.absolute() / f"s{k}"))
                    for k, path in enumerate(files))
     return ShardMap(shards), map_path
 
@@ -73,7 +79,10 @@ def write_shard_map(shards: ShardMap, path: Path) -> None:
     for shard in shards.shards:
         file = Path(shard.path)
         rel = file.name if file.parent == path.absolute().parent else str(file)
-        entries.append({"name": shard.name, "path": rel, "resource": shard.resource})
+        entry: dict[str, Any] = {"name": shard.name, "path": rel, "resource": shard.resource}
+        if shard.replica is not None:
+            entry["replica"] = shard.replica
+        entries.append(entry)
     path.write_bytes(msgspec.json.format(msgspec.json.encode({"shards": entries})) + b"\n")
 
 
@@ -238,6 +247,87 @@ async def node_chaos(cluster: LocalCluster, every_s: float, down_s: float, seed:
             kill.added_at = time.time()
             kill.add_s = round(kill.added_at - started, 3)
         await asyncio.gather(*(_await_serving(shard, probe, kill) for shard in kill.shards))
+
+
+async def disk_chaos(cluster: LocalCluster, writers: dict[str, Any], every_s: float,
+                     down_s: float, seed: int, probe: Probe, done: asyncio.Event,
+                     kills: list[NodeKill]) -> None:
+    """``node_chaos`` where each removed node loses its disk: until ``done``, every
+    ``every_s`` seconds a random shard worker node (seeded) has its shards' writers
+    (``writers``: the writer actor of each shard) and their Litestream processes frozen
+    (SIGSTOP: nothing more acknowledged, nothing more shipped), is removed abruptly, its
+    shards' files deleted (the file, its WAL and shm, Litestream's local state) and the
+    frozen processes killed; ``down_s`` seconds later the node is added back with an
+    empty disk, and each of its shards must serve again (``probe``), which its writer
+    does once it has restored the shard from its replica and verified it. The
+    acknowledged events not yet replicated are lost; the drivers count them. Raises
+    what ``LocalCluster.add_node`` raises."""
+    if every_s <= 0:
+        return
+    rng = random.Random(seed)
+    candidates = [k for k in range(cluster.nodes) if cluster.shards_on(k)]
+    while True:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(done.wait(), timeout=every_s)
+        if done.is_set():
+            return
+        node = rng.choice(candidates)
+        names = cluster.shards_on(node)
+        kill = NodeKill(node=node, shards=names, graceful=False, lost_at=time.time(),
+                        disk=True)
+        frozen = await _writer_processes([writers[name] for name in names])
+        for pid in frozen:
+            _signal(pid, signal.SIGSTOP)
+        kill.lost_at = time.time()
+        kills.append(kill)
+        cluster.remove_node(node, False)
+        for name in names:
+            lose_files(Path(cluster.shards.get(name).path))
+        for pid in frozen:
+            _signal(pid, signal.SIGKILL)
+        kill.removed_s = round(time.time() - kill.lost_at, 3)
+        try:
+            await asyncio.sleep(down_s)
+        finally:
+            started = time.time()
+            cluster.add_node(node)
+            kill.added_at = time.time()
+            kill.add_s = round(kill.added_at - started, 3)
+        await asyncio.gather(*(_await_serving(name, probe, kill) for name in names))
+
+
+def lose_files(db: Path) -> None:
+    """Delete what a lost disk takes of the shard file ``db``: the file, its ``-wal``,
+    ``-shm`` and ``-journal``, Litestream's local state and configuration."""
+    from surfacelog.store.replica import sidecars, state_dir
+
+    for path in [db, *sidecars(db), db.with_name(db.name + ".litestream.yml"),
+                 db.with_name(db.name + ".litestream.log")]:
+        path.unlink(missing_ok=True)
+    shutil.rmtree(state_dir(db), ignore_errors=True)
+
+
+async def _writer_processes(writers: list[Any]) -> list[int]:
+    """The pids of ``writers`` (shard writer actors) and of their Litestream processes,
+    each asked for up to 10 s; a writer that does not answer (restarting) is left out:
+    the node's removal kills it anyway."""
+    pids: list[int] = []
+    for writer in writers:
+        try:
+            pid, status = await asyncio.wait_for(asyncio.gather(
+                asyncio.wrap_future(writer.pid.remote().future()),
+                asyncio.wrap_future(writer.replica_status.remote().future())), 10.0)
+        except (RayError, asyncio.TimeoutError):  # restarting or gone: nothing to freeze
+            continue
+        pids.append(int(pid))
+        if status is not None and status.pid is not None:
+            pids.append(int(status.pid))
+    return pids
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
 
 
 async def _await_serving(shard: str, probe: Probe, kill: NodeKill) -> None:

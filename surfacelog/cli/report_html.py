@@ -74,6 +74,8 @@ CONFIG_LABELS: dict[str, tuple[str, str]] = {
     "shards": ("Shards", ""),
     "kill_node_every_s": ("Node chaos: remove a node every", "s"),
     "node_down_s": ("Node chaos: a removed node stays down", "s"),
+    "replica": ("Litestream replicas under", ""),
+    "kill_disk_every_s": ("Disk chaos: a node loses its disk every", "s"),
 }
 """The configuration rows: each ``RunConfig`` field shown, its label and unit."""
 
@@ -82,7 +84,8 @@ def config_rows(cfg: RunConfig) -> list[tuple[str, str]]:
     """The run's configuration as (label, value) rows: what a person needs to know to
     read the figures (``--json``, ``--report`` and ``--force`` are left out)."""
     hidden = {"packs": cfg.placement != "packed", "kill_journal": not cfg.kill_every_s,
-              "node_down_s": not cfg.kill_node_every_s}
+              "node_down_s": not (cfg.kill_node_every_s or cfg.kill_disk_every_s),
+              "replica": cfg.replica is None, "kill_disk_every_s": not cfg.kill_disk_every_s}
     rows = []
     for f in fields(cfg):
         if f.name not in CONFIG_LABELS or hidden.get(f.name, False):
@@ -147,6 +150,10 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
              + (f"; never: {', '.join(rec['unrecovered'])}" if rec["unrecovered"] else "")),
             ("Requests refused during outages (retried)", value(report["unavailable"])),
         ]
+        if report.get("disk_losses"):
+            rows.append(("Disk losses / acknowledged events lost to them (not yet "
+                         "replicated)", f"{report['disk_losses']} / "
+                                        f"{value(report['lost_to_disk_loss'])}"))
     return rows
 
 

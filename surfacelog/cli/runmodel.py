@@ -110,6 +110,19 @@ class RunConfig:
     node_down_s: Annotated[float, Option(
         "--node-down", min=0.0,
         help="node chaos: how long a removed node stays down")] = 2.0
+    replica: Annotated[Path | None, Option(
+        metavar="DIR", show_default=False,
+        help="with --local-nodes: replicate every shard with Litestream to DIR/<shard> "
+             "(started and supervised beside the shard's writer; a shard whose file is "
+             "missing is restored from it, verified, before it serves)")] = None
+    kill_disk_every_s: Annotated[float, Option(
+        "--kill-disk-every", min=0.0,
+        help="disk chaos, with --replica: every this many seconds a random shard worker "
+             "node loses its disk (its shards' files deleted while the writer and "
+             "Litestream are frozen, the node killed), and comes back after --node-down "
+             "seconds with an empty disk: its shards are restored from their replicas. "
+             "The acknowledged events not yet replicated are lost and counted; 0 = off")
+    ] = 0.0
     via: Annotated[Via, Option(
         help="ray: the drivers call the session actors; http: the run starts the HTTP "
              "gateway (Ray Serve, loopback, a token of its own) and the drivers append "
@@ -124,9 +137,19 @@ class RunConfig:
             raise BadParameter("--via http drives durable sessions: the gateway "
                                "acknowledges an append once committed and has no flush",
                                param_hint="'--via'")
+        if self.kill_disk_every_s > 0 and self.replica is None:
+            raise BadParameter("--kill-disk-every needs --replica DIR (a lost disk is "
+                               "restored from the shard's replica)",
+                               param_hint="'--kill-disk-every'")
+        if self.kill_disk_every_s > 0 and self.kill_node_every_s > 0:
+            raise BadParameter("give --kill-disk-every or --kill-node-every, not both",
+                               param_hint="'--kill-disk-every'")
+        if self.replica is not None and self.replica.exists() and not self.replica.is_dir():
+            raise BadParameter(f"{self.replica} is not a directory", param_hint="'--replica'")
         if not self.local_nodes:
             for given, flag in ((self.shards is not None, "--shards"),
-                                (self.kill_node_every_s > 0, "--kill-node-every")):
+                                (self.kill_node_every_s > 0, "--kill-node-every"),
+                                (self.replica is not None, "--replica")):
                 if given:
                     raise BadParameter(f"{flag} needs --local-nodes N (a local cluster "
                                        "whose worker nodes host the shards)",
@@ -171,6 +194,9 @@ class NodeKill:
     """When each of its shards first answered the chaos's probe after the return."""
     probe_failures: int = 0
     last_probe_error: str | None = None
+    disk: bool = False
+    """The node lost its disk too (``--kill-disk-every``): its shards were restored from
+    their replicas."""
 
 
 @dataclass
@@ -237,6 +263,16 @@ class RunResult:
                     out.setdefault(shard, []).append(round(back - kill.lost_at, 3))
         return out
 
+    def disk_lost_shards(self) -> set[str]:
+        """The shards that lost their disk at least once (``--kill-disk-every``)."""
+        return {shard for kill in self.node_kills if kill.disk for shard in kill.shards}
+
+    def lost_to_disk_loss(self) -> int:
+        """Acknowledged events found missing on shards that lost their disk: the tail
+        their asynchronous replica had not received yet."""
+        return sum(record.lost for name, record in self.progress.by_shard.items()
+                   if name in self.disk_lost_shards())
+
     def unrecovered(self) -> list[str]:
         """``shard@node-kill-number`` of every kill after which a shard never served."""
         return [f"{shard}@{k}" for k, kill in enumerate(self.node_kills)
@@ -266,7 +302,7 @@ class RunResult:
         return {"node": kill.node, "shards": kill.shards, "graceful": kill.graceful,
                 "remove_node_s": kill.removed_s, "add_node_s": kill.add_s,
                 "recovery_s": recovery, "probe_failures": kill.probe_failures,
-                "last_probe_error": kill.last_probe_error}
+                "last_probe_error": kill.last_probe_error, "disk_lost": kill.disk}
 
     def shard_report(self) -> dict[str, Any]:
         """Per shard: its node, events, events/s, append latency p50/p99 (ms), refusals
@@ -325,6 +361,8 @@ class RunResult:
             "actor_kills": self.actor_kills,
             "resent": p.resent,
             "lost_acknowledged": p.lost,
+            "lost_to_disk_loss": self.lost_to_disk_loss(),
+            "disk_losses": sum(1 for k in self.node_kills if k.disk),
             "write_failures": self.write_failures[:20],
             "errors": p.errors + self.compactor.errors + self.pruner.errors,
             "last_error": p.last_error or self.compactor.last_error or self.pruner.last_error,

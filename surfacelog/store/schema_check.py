@@ -28,6 +28,10 @@ APPLICATION_ID: Final = 0x53664C67
 
 FileState = Literal["new", "ours"]
 
+LITESTREAM_TABLES: Final = frozenset({"_litestream_seq", "_litestream_lock"})
+"""Tables Litestream creates in a database it replicates (its own bookkeeping: a
+sequence it bumps to force a WAL write, and a lock table); not part of our schema."""
+
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 
 
@@ -78,14 +82,16 @@ def read_shape(conn: sqlite3.Connection) -> SchemaShape:
     """Read the pragmas and schema objects through ``conn`` (reads only).
 
     SQLite's statistics tables (``sqlite_stat*``, written by ``ANALYZE``) are not schema
-    and are ignored. Raises ``sqlite3.DatabaseError`` for a file that is not a database.
+    and are ignored, and so are the two tables Litestream keeps in every database it
+    replicates (``LITESTREAM_TABLES``; see ``store.replica``). Raises
+    ``sqlite3.DatabaseError`` for a file that is not a database.
     """
     (app_id,) = conn.execute("PRAGMA application_id").fetchone()
     (version,) = conn.execute("PRAGMA user_version").fetchone()
     objects: dict[str, SchemaObject] = {}
     rows = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_schema ORDER BY name")
     for kind, name, table, sql in rows.fetchall():
-        if str(name).startswith("sqlite_stat"):
+        if str(name).startswith("sqlite_stat") or str(name) in LITESTREAM_TABLES:
             continue
         columns: tuple[str, ...] = ()
         if kind == "table":

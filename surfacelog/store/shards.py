@@ -57,6 +57,14 @@ class Shard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     added: int = 0
     """The generation of the configuration that introduced this shard (0: from the
     start). Give every shard added later a higher number than all before it."""
+    replica: str | None = None
+    """Where Litestream replicates this shard's file (``None``: nowhere): a directory
+    (local and test use; a relative one is taken from the configuration file's folder)
+    or an object-store URL such as ``s3://bucket/shards/s0`` (see
+    ``surfacelog.store.replica``)."""
+    replica_sync_s: float = 1.0
+    """How often Litestream ships the shard's new WAL frames to the replica: the bound,
+    under load, of what a lost disk loses (its ``sync-interval``)."""
 
     @property
     def pin(self) -> dict[str, float]:
@@ -137,6 +145,11 @@ def _check(shards: Sequence[Shard], where: str) -> None:
             raise ShardConfigError(f"{where}: shard {shard.name!r} has an empty resource")
         if shard.added < 0:
             raise ShardConfigError(f"{where}: shard {shard.name!r} has a negative 'added'")
+        if shard.replica is not None and not shard.replica.strip():
+            raise ShardConfigError(f"{where}: shard {shard.name!r} has an empty replica")
+        if not 0 < shard.replica_sync_s <= 3600:
+            raise ShardConfigError(f"{where}: shard {shard.name!r}: replica_sync_s must be "
+                                   f"in (0, 3600], got {shard.replica_sync_s}")
         seen_names.add(shard.name)
         seen_paths.add(shard.path)
 
@@ -149,8 +162,9 @@ def default_resource(name: str) -> str:
 def load_shard_map(path: str | os.PathLike[str]) -> ShardMap:
     """Read a shard configuration file: ``{"shards": [{"name": ..., "path": ...,
     "resource": ...}, ...]}`` (JSON). Relative paths are taken from the file's folder.
-    Raises ``ShardConfigError`` naming the file and what is wrong, ``OSError`` when it
-    cannot be read."""
+    A ``replica`` that is a relative directory is taken from the file's folder too (a
+    URL, ``scheme://...``, is kept as it is). Raises ``ShardConfigError`` naming the file
+    and what is wrong, ``OSError`` when it cannot be read."""
     file = Path(path)
     with file.open("rb") as f:
         raw = f.read(MAX_SHARD_CONFIG_BYTES + 1)
@@ -165,10 +179,25 @@ def load_shard_map(path: str | os.PathLike[str]) -> ShardMap:
     except ShardConfigError as exc:
         raise ShardConfigError(f"{file}: {exc}") from exc
     base = file.parent
+
+    def resolve(where: str) -> str:
+        return str(where if os.path.isabs(where) else (base / where).resolve())
+
     return ShardMap(tuple(
-        Shard(s.name, str(s.path if os.path.isabs(s.path) else (base / s.path).resolve()),
-              s.resource, s.added) for s in loaded.shards))
+        Shard(s.name, resolve(s.path), s.resource, s.added,
+              s.replica if s.replica is None or is_url(s.replica) else resolve(s.replica),
+              s.replica_sync_s)
+        for s in loaded.shards))
+
+
+_URL: Final = re.compile(r"[a-z][a-z0-9+.-]*://")
+
+
+def is_url(replica: str) -> bool:
+    """Whether a shard's ``replica`` is a URL (``scheme://...``) rather than a
+    directory."""
+    return _URL.match(replica) is not None
 
 
 __all__ = ["DEFAULT_SHARD", "Shard", "ShardConfigError", "ShardMap", "default_resource",
-           "load_shard_map"]
+           "is_url", "load_shard_map"]

@@ -46,8 +46,10 @@ _NO_LIMIT: Final = -1
 
 
 def _prepare(where: str, synchronous: Synchronous, busy_timeout_ms: int,
-             conn: sqlite3.Connection) -> None:
+             wal_autocheckpoint: int | None, conn: sqlite3.Connection) -> None:
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    if wal_autocheckpoint is not None:
+        conn.execute(f"PRAGMA wal_autocheckpoint = {int(wal_autocheckpoint)}")
     classify(read_shape(conn), where)  # refuse before the first write
     (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
     if str(mode).lower() != "wal":
@@ -139,6 +141,7 @@ class SqliteEventStore(EventStore):
         create: bool = True,
         read_only: bool = False,
         keep_failed: bool = True,
+        wal_autocheckpoint: int | None = None,
     ) -> SqliteEventStore:
         """Open the database at ``path``, initialising it when it is missing or blank
         (unless ``create`` is false: then a missing file raises ``DatabaseNotFound``, a
@@ -157,6 +160,12 @@ class SqliteEventStore(EventStore):
         of it was stored, so that a caller reporting the failure (``import``) reports
         the truth; only for callers that wait for every batch (durable appends).
 
+        ``wal_autocheckpoint``: SQLite's ``PRAGMA wal_autocheckpoint`` for this
+        connection (``None``: SQLite's default, a checkpoint after a commit leaves 1,000
+        pages in the WAL; 0: never, for a file replicated by Litestream, which then runs
+        every checkpoint itself so that it has read every frame before the WAL restarts;
+        see ``surfacelog.store.replica``).
+
         Raises ``VersionRefused`` for a file of another build (left unmodified),
         ``StoreError`` when SQLite cannot open it, ``InvalidArgument`` (a ``ValueError``)
         for a bad option.
@@ -166,6 +175,9 @@ class SqliteEventStore(EventStore):
                                   f"{synchronous!r}")
         if busy_timeout_ms < 0:
             raise InvalidArgument(f"busy_timeout_ms must be >= 0, got {busy_timeout_ms}")
+        if wal_autocheckpoint is not None and wal_autocheckpoint < 0:
+            raise InvalidArgument(f"wal_autocheckpoint must be >= 0, got "
+                                  f"{wal_autocheckpoint}")
         path = Path(path)
         if (read_only or not create) and not path.exists():
             raise DatabaseNotFound(f"no database at {path}")
@@ -179,7 +191,8 @@ class SqliteEventStore(EventStore):
                 raise StoreError(f"cannot open {path}: {exc}") from exc
         try:
             if not read_only:
-                await conn.run(partial(_prepare, str(path), synchronous, busy_timeout_ms))
+                await conn.run(partial(_prepare, str(path), synchronous, busy_timeout_ms,
+                                      wal_autocheckpoint))
             writer = GroupWriter(conn, max_events=group_max_events,
                                  delay=group_delay_ms / 1000, keep_failed=keep_failed)
         except BaseException:
