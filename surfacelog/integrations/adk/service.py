@@ -47,6 +47,7 @@ from google.adk.sessions.base_session_service import (
 from google.adk.sessions.session import Session as AdkSession
 from typing_extensions import override
 
+from surfacelog.schema.codec import encode_json
 from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
@@ -88,7 +89,9 @@ class _Open:
             dumped = adk_event_of(event)
             if dumped is None:
                 continue
-            self.events.append(AdkEvent.model_validate(dumped))
+            # From JSON text: the same validators run (the result is equal), about 3x
+            # faster than from the dict (pydantic's Python-mode path for genai types).
+            self.events.append(AdkEvent.model_validate_json(encode_json(dumped)))
             self.note(event.seq, dumped)
             if event.type == "assistant/message":
                 for block in event.data["message"]["content"]:
