@@ -91,22 +91,27 @@ async def reopen_reads(root: Path, items: list[Any], reads: int,
                        opens: dict[str, Reopen] | None = None,
                        files: dict[str, str] | None = None) -> dict[str, float]:
     """Median time (s) of opening each subject's session anew and reading it all (the
-    OpenAI subjects by default), each read checked against ``items``."""
+    OpenAI subjects by default), each read checked against ``items``; under
+    ``"cpu:" + name`` the median CPU time of the process (every thread) of the same."""
     if opens is None:
         opens = {"sdk": _reopen_sdk, "surfacelog": _reopen_surfacelog,
                  "surfacelog-buffered": _reopen_surfacelog}
     files = files or _FILES
     times: dict[str, list[float]] = {name: [] for name in opens}
+    cpu: dict[str, list[float]] = {name: [] for name in opens}
     order = list(opens)
     for _ in range(reads):
         for name in order:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             got = await opens[name](root / files[name])
             times[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
             if got != items:
                 raise AssertionError(f"{name}: the read after reopening differs")
         order.reverse()
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    medians = {name: statistics.median(ts) for name, ts in times.items()}
+    medians.update({f"cpu:{name}": statistics.median(ts) for name, ts in cpu.items()})
+    return medians
 
 
 def _adk_key(events: list[Any]) -> list[Any]:
@@ -163,11 +168,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"{titles[section]}: {args.items} items added one at a time, full read "
               f"every {args.every}, then reopen and read")
         print(f"{'session':<22}{'add ms':>9}{'read ms':>10}{'reopen ms':>11}{'add x':>8}"
-              f"{'read x':>8}{'reopen x':>10}")
+              f"{'read x':>8}{'reopen x':>10}{'reopen cpu x':>14}")
         for name, row in rows.items():
             print(f"{name:<22}{row['add_ms']:>9.3f}{row[f'read_at_{args.items}_ms']:>10.3f}"
                   f"{row['reopen_read_ms']:>11.3f}{row['add_ratio']:>8.2f}"
-                  f"{row['read_ratio']:>8.2f}{row['reopen_read_ratio']:>10.2f}")
+                  f"{row['read_ratio']:>8.2f}{row['reopen_read_ratio']:>10.2f}"
+                  f"{row['reopen_read_cpu_ratio']:>14.2f}")
     return out
 
 
@@ -175,6 +181,9 @@ def _with_reopen(rows: dict[str, Any], reopened: dict[str, float]) -> dict[str, 
     for name, row in rows.items():
         row["reopen_read_ms"] = reopened[name] * 1e3
         row["reopen_read_ratio"] = reopened[name] / reopened["sdk"]
+        row["reopen_read_cpu_ms"] = reopened[f"cpu:{name}"] * 1e3
+        row["reopen_read_cpu_ratio"] = reopened[f"cpu:{name}"] / max(reopened["cpu:sdk"],
+                                                                     1e-9)
     return rows
 
 
