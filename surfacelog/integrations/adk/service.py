@@ -52,6 +52,7 @@ from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
 from surfacelog.session import Session, now_ms
+from surfacelog.session.gcpause import gc_paused
 from surfacelog.store.base import EventStore, ScopeConflict, SessionExists, SessionNotFound
 from surfacelog.store.scoped import ScopedSession
 
@@ -85,6 +86,10 @@ class _Open:
 
     def index(self, events: Sequence[Event]) -> None:
         """Add the ADK events among ``events`` (the next of the log) to ``events``."""
+        with gc_paused():  # thousands of acyclic models at a reload: see gcpause
+            self._index(events)
+
+    def _index(self, events: Sequence[Event]) -> None:
         for event in events:
             dumped = adk_event_of(event)
             if dumped is None:
