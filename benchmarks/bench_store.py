@@ -6,8 +6,10 @@ the same schema and pragmas (WAL, ``synchronous=FULL``); then the load time of a
 
     python benchmarks/bench_store.py [--rounds 3] [--load-events 100000] [--quick]
 
-Prints a table of events/s and the ratio store/raw per batch size (target: >= 0.8 at
-batch sizes >= 256), then the load figures.
+Prints a table of events/s and the ratio store/raw per batch size, in wall time and in
+CPU time (the process's, every thread: on a shared machine the wall ratio swings with
+fsync latency; target of issue 11: >= 0.8 at batch sizes 16, 256 and 4096), then the
+load figures.
 """
 
 from __future__ import annotations
@@ -152,24 +154,31 @@ async def paired_run(directory: Path, events: Sequence[Event], header: SessionHe
     store = await SqliteEventStore.open(_fresh(directory, "store.db"))
     epoch = await store.create(header)
     spent = {"raw": 0.0, "store": 0.0, "multi": 0.0}
-    clock = time.perf_counter
+    cpu = {"raw": 0.0, "store": 0.0, "multi": 0.0}
+    clock, cpu_clock = time.perf_counter, time.process_time  # CPU: every thread's
     for start in range(0, len(events), batch):
         chunk = events[start:start + batch]
         rows = encode_batch(header.id, chunk).rows  # pre-encoded for the raw runs
-        t0 = clock()
+        t0, c0 = clock(), cpu_clock()
         raw.commit(rows)
-        t1 = clock()
+        t1, c1 = clock(), cpu_clock()
         await store.append(header.id, chunk, epoch=epoch, durable=True)
-        t2 = clock()
+        t2, c2 = clock(), cpu_clock()
         multi.commit(rows)
-        t3 = clock()
+        t3, c3 = clock(), cpu_clock()
         spent["raw"] += t1 - t0
         spent["store"] += t2 - t1
         spent["multi"] += t3 - t2
+        cpu["raw"] += c1 - c0
+        cpu["store"] += c2 - c1
+        cpu["multi"] += c3 - c2
     await store.close()
     raw.conn.close()
     multi.conn.close()
-    return {name: len(events) / seconds for name, seconds in spent.items()}
+    rates = {name: len(events) / seconds for name, seconds in spent.items()}
+    rates.update({f"cpu_{name}": len(events) / max(seconds, 1e-9)
+                  for name, seconds in cpu.items()})
+    return rates
 
 
 def _timed(fn: Callable[[], Any], rounds: int = 3) -> tuple[float, Any]:
@@ -195,12 +204,14 @@ def throughput(directory: Path, rounds: int, quick: bool) -> list[dict[str, Any]
         runs = [asyncio.run(paired_run(directory, events, session.header, batch))
                 for _ in range(rounds)]
         ratios = [r["store"] / r["raw"] for r in runs]
+        cpu_ratios = [r["cpu_store"] / r["cpu_raw"] for r in runs]
         results.append({
             "batch": batch, "events": len(events),
             "raw": statistics.median(r["raw"] for r in runs),
             "store": statistics.median(r["store"] for r in runs),
             "multi": statistics.median(r["multi"] for r in runs),
             "ratio": statistics.median(ratios), "ratio_min": min(ratios),
+            "cpu_ratio": statistics.median(cpu_ratios), "cpu_ratio_min": min(cpu_ratios),
             "ratio_multi": statistics.median(r["store"] / r["multi"] for r in runs)})
     return results
 
@@ -251,13 +262,15 @@ def main(argv: list[str] | None = None) -> int:
         print("\nthroughput (durable appends, synchronous=FULL; medians of "
               f"{args.rounds} runs, each interleaving the three writers batch by batch)")
         print(f"{'batch':>6} {'events':>8} {'raw ev/s':>11} {'store ev/s':>11} "
-              f"{'store/raw':>9} {'(worst)':>8} {'multi-row ev/s':>15} {'store/multi':>11}")
+              f"{'store/raw':>9} {'(worst)':>8} {'multi-row ev/s':>15} {'store/multi':>11} "
+              f"{'cpu store/raw':>13} {'(worst)':>8}")
         ok = True
         for r in throughput(directory, args.rounds, args.quick):
             print(f"{r['batch']:>6} {r['events']:>8} {r['raw']:>11,.0f} {r['store']:>11,.0f} "
                   f"{r['ratio']:>9.2f} {r['ratio_min']:>8.2f} {r['multi']:>15,.0f} "
-                  f"{r['ratio_multi']:>11.2f}")
-            if r["batch"] >= 256 and r["ratio"] < 0.8:
+                  f"{r['ratio_multi']:>11.2f} {r['cpu_ratio']:>13.2f} "
+                  f"{r['cpu_ratio_min']:>8.2f}")
+            if r["batch"] >= 16 and r["ratio"] < 0.8:
                 ok = False
         n = args.load_events // 10 if args.quick else args.load_events
         f = asyncio.run(_load_figures(_fresh(directory, "load.db"), n))
@@ -267,7 +280,10 @@ def main(argv: list[str] | None = None) -> int:
                     "validate"):
             print(f"  {key:<13} {f[key] * 1000:8.1f}")
         print(f"  open_session / raw_decode = {f['open_session'] / f['raw_decode']:.1f}x")
-        print("\ntarget store >= 0.8x raw at batch >= 256:", "met" if ok else "NOT met")
+        print("\ntarget store >= 0.8x raw (wall) at batch 16, 256 and 4096:",
+              "met" if ok else "NOT met")
+        print("(cpu store/raw: the same rates in CPU time of the process, every thread; "
+              "the wall ratio is mostly fsync at small batches)")
     return 0
 
 

@@ -8,6 +8,11 @@ the new epoch; then serve. Only the read and the write are the backend's (its
 ``append_stored``); everything else is here, so the in-process store (CLI, tests) and a
 session actor writing through the journal accept, repair and refuse exactly the same
 stored logs, and a new backend gets all of it by providing the primitives.
+
+A reader need not take the session: ``load`` reads it without the bump, and ``take``
+later takes that loaded session for writing (the bump, then a check that nothing was
+stored since the load; if anything was, a full activation), so that a framework reading
+history after a restart writes nothing and fences nobody until it writes.
 """
 
 from __future__ import annotations
@@ -19,9 +24,16 @@ from msgspec import Struct
 from surfacelog.schema.errors import LogError
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
-from surfacelog.session import Session, interrupted_turn_closers
-from surfacelog.store.rows import EncodedBatch, encode_batch
-from surfacelog.store.stored import StoredSession, corrupt, decode_stored, replay_stored
+from surfacelog.session import Session, interrupted_turn_closers, now_ms, replay
+from surfacelog.session.session import END_SEED
+from surfacelog.store.rows import EncodedBatch, decode_rows, encode_batch
+from surfacelog.store.stored import (
+    StoredSession,
+    corrupt,
+    decode_header,
+    decode_stored,
+    replay_stored,
+)
 
 
 class Rows(Protocol):
@@ -50,6 +62,20 @@ class OpenedSession(Struct, frozen=True):
     repaired: tuple[Event, ...]
 
 
+def _seal(session: Session) -> tuple[Event, ...]:
+    """Append to a replayed ``session`` what taking it for writing adds, as
+    ``Session(seed)`` does: the seed marker (unless the log ends with one) and the
+    closers of a turn a crash left open. Returns them. Raises ``LogError``."""
+    n = len(session)
+    log = session.log
+    if not n or log[-1].type != END_SEED:
+        session.append_event(Event(type=END_SEED, seq=n, time=log[-1].time if n else now_ms(),
+                                   data={}))
+    for closer in interrupted_turn_closers(session.log):
+        session.append_event(closer)
+    return tuple(session.log[n:])
+
+
 def reopen(session_id: str, stored: StoredSession) -> tuple[Session, tuple[Event, ...]]:
     """The live session of a whole-session read, with what taking it for writing adds:
     the seed marker (when the log has live events) and the closers of a turn a crash
@@ -57,12 +83,14 @@ def reopen(session_id: str, stored: StoredSession) -> tuple[Session, tuple[Event
     (under ``stored.epoch``) before serving it. Raises ``CorruptStore``."""
     header, events = decode_stored(session_id, stored)
     try:
-        session = Session(events, header=header)
-        for closer in interrupted_turn_closers(session.log):
-            session.append_event(closer)
+        # ``replay`` is the batch path of the checks ``Session(seed)`` runs one event at a
+        # time (the same rules, in log order, the same errors).
+        session = replay(events, header)
+        added = _seal(session)
     except LogError as exc:
         raise corrupt(session_id, exc) from exc
-    return session, tuple(session.log[len(events):])
+    session.first_live_seq = len(events)
+    return session, added
 
 
 async def activate(store: Rows, session_id: str, stored: StoredSession
@@ -98,6 +126,46 @@ async def open_or_create(store: Rows, header: SessionHeader) -> OpenedSession:
     return await activate(store, header.id, got)
 
 
+async def take(store: Rows, session_id: str, loaded: Session) -> OpenedSession:
+    """Take for writing a session read earlier with ``load`` (``loaded``, not written to
+    since): bump its writer epoch and, in the same transaction, read its header, next
+    seq and last row; when they are still what ``loaded`` holds, add the seed marker and
+    crash-repair closers to ``loaded`` itself, store them durably under the new epoch
+    and return it (nothing is read or validated again). When anything was stored since
+    the load, the session is activated from a whole read instead (``open_session``),
+    and ``loaded`` is left as it was.
+
+    The bump is what fences an earlier writer, exactly as ``open_session``: it happens
+    before any of this writer's batches, and every batch of an earlier epoch is refused
+    from then on. Raises ``SessionNotFound`` (``SessionDeleted``), ``CorruptStore``,
+    ``WriterFenced``, the store's errors; on failure ``loaded`` is unchanged."""
+    n = len(loaded)
+    stored = await store.read_stored(session_id, since=max(n - 1, 0), bump=True)
+    if not _unchanged(session_id, stored, loaded):
+        return await open_session(store, session_id)
+    with loaded.atomic():  # a failure (a newer writer, a failed commit) undoes the seal
+        try:
+            repaired = _seal(loaded)
+        except LogError as exc:
+            raise corrupt(session_id, exc) from exc
+        if repaired:
+            await store.append_stored(session_id, encode_batch(session_id, repaired),
+                                      epoch=stored.epoch, durable=True)
+    loaded.first_live_seq = n
+    return OpenedSession(loaded, stored.epoch, repaired)
+
+
+def _unchanged(session_id: str, stored: StoredSession, loaded: Session) -> bool:
+    """Whether the read ``stored`` (rows from the loaded log's last seq) finds the log
+    as ``loaded`` holds it: same length, same header, same last event. A log only grows,
+    so this holds unless another writer appended (or the session was deleted, purged
+    and created again with the same header and as many events, down to the last one)."""
+    n = len(loaded)
+    if stored.next_seq != n or decode_header(session_id, stored.header) != loaded.header:
+        return False
+    return not n or decode_rows(session_id, stored.rows, n - 1) == [loaded.log[n - 1]]
+
+
 async def load(store: Rows, session_id: str) -> Session:
     """The stored log replayed through the core, read-only: no seed marker, no repair, no
     epoch bump. Raises ``SessionNotFound``, ``CorruptStore`` (naming the session and
@@ -105,4 +173,5 @@ async def load(store: Rows, session_id: str) -> Session:
     return replay_stored(session_id, await store.read_stored(session_id))
 
 
-__all__ = ["OpenedSession", "activate", "load", "open_or_create", "open_session", "reopen"]
+__all__ = ["OpenedSession", "activate", "load", "open_or_create", "open_session", "reopen",
+           "take"]

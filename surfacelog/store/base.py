@@ -269,6 +269,15 @@ class EventStore(abc.ABC):
         return await activation.open_session(self, session_id)
 
     @final
+    async def take(self, session_id: str, loaded: Session) -> OpenedSession:
+        """Take for writing a session read with ``load`` and not written to since (see
+        ``activation.take``): the epoch bump fences any earlier writer; ``loaded``
+        itself is returned when nothing was stored since the load, else a session
+        activated from a whole read. Raises ``SessionNotFound``, ``CorruptStore``,
+        ``WriterFenced``, the store's errors."""
+        return await activation.take(self, session_id, loaded)
+
+    @final
     async def open_or_create(self, header: SessionHeader) -> OpenedSession:
         """``open_session(header.id)``; when it is not stored, ``create(header)`` and the
         new empty session. Raises ``CorruptStore``, ``SessionExists`` (created by

@@ -50,12 +50,13 @@ def _prepare(where: str, synchronous: Synchronous, busy_timeout_ms: int,
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
     if wal_autocheckpoint is not None:
         conn.execute(f"PRAGMA wal_autocheckpoint = {int(wal_autocheckpoint)}")
-    classify(read_shape(conn), where)  # refuse before the first write
+    state = classify(read_shape(conn), where)  # refuse before the first write
     (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
     if str(mode).lower() != "wal":
         raise StoreError(f"{where}: cannot switch to WAL journal mode (still {mode})")
     conn.execute(f"PRAGMA synchronous = {synchronous}")
-    check_or_initialise(conn, where)
+    if state != "ours":  # ours stays ours: only a blank file needs the locked re-check
+        check_or_initialise(conn, where)
 
 
 def _prepare_read_only(where: str, busy_timeout_ms: int, conn: sqlite3.Connection) -> None:

@@ -24,14 +24,14 @@ event store (embedded: one SQLite file, no Ray).
 
 Operations of one service run one at a time (one lock); one service per store is the
 single writer of its sessions (it takes each for writing on first append, fencing any
-earlier writer).
+earlier writer; reading a session does not take it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -47,9 +47,12 @@ from google.adk.sessions.base_session_service import (
 from google.adk.sessions.session import Session as AdkSession
 from typing_extensions import override
 
+from surfacelog.schema.codec import encode_json
 from surfacelog.schema.errors import SurfacelogError
+from surfacelog.schema.events import Event
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
 from surfacelog.session import Session, now_ms
+from surfacelog.session.gcpause import gc_paused
 from surfacelog.store.base import EventStore, ScopeConflict, SessionExists, SessionNotFound
 from surfacelog.store.scoped import ScopedSession
 
@@ -70,15 +73,35 @@ class SessionMissing(SessionNotFoundError, SurfacelogError):
 
 @dataclass
 class _Open:
-    """A session this service holds: its log (taken for writing), epoch, ADK events."""
+    """A session this service holds: its log, its writer epoch (``None`` until the
+    first append takes it for writing), its ADK events."""
 
     session: Session
-    epoch: int
+    epoch: int | None
     events: list[AdkEvent] = field(default_factory=list)
     call_seqs: dict[str, int] = field(default_factory=dict)
     spans: dict[int, tuple[float, float]] = field(default_factory=dict)
     """The time span of each of the adapter's events: its timestamp, or a compaction's
     start and end."""
+
+    def index(self, events: Sequence[Event]) -> None:
+        """Add the ADK events among ``events`` (the next of the log) to ``events``."""
+        with gc_paused():  # thousands of acyclic models at a reload: see gcpause
+            self._index(events)
+
+    def _index(self, events: Sequence[Event]) -> None:
+        for event in events:
+            dumped = adk_event_of(event)
+            if dumped is None:
+                continue
+            # From JSON text: the same validators run (the result is equal), about 3x
+            # faster than from the dict (pydantic's Python-mode path for genai types).
+            self.events.append(AdkEvent.model_validate_json(encode_json(dumped)))
+            self.note(event.seq, dumped)
+            if event.type == "assistant/message":
+                for block in event.data["message"]["content"]:
+                    if block.get("type") == "tool-call":
+                        self.call_seqs[block["id"]] = event.seq
 
     def note(self, seq: int, dumped: dict[str, Any]) -> None:
         span = compaction_span(dumped)
@@ -143,26 +166,32 @@ class SurfacelogSessionService(BaseSessionService):
             return None
         return scope
 
-    async def _opened(self, session_id: str) -> _Open:
+    async def _held(self, session_id: str) -> _Open:
+        """The session as stored, loaded once (``load``: not taken for writing, so a
+        read writes nothing and fences nobody)."""
         held = self._open.get(session_id)
-        if held is not None:
-            return held
-        store = await self._get_store()
-        opened = await store.open_session(session_id)
-        held = _Open(opened.session, opened.epoch)
-        for event in opened.session.log:
-            dumped = adk_event_of(event)
-            if dumped is None:
-                continue
-            adk_event = AdkEvent.model_validate(dumped)
-            held.events.append(adk_event)
-            held.note(event.seq, dumped)
-            if event.type == "assistant/message":
-                for block in event.data["message"]["content"]:
-                    if block.get("type") == "tool-call":
-                        held.call_seqs[block["id"]] = event.seq
-        self._open[session_id] = held
+        if held is None:
+            loaded = await (await self._get_store()).load(session_id)
+            held = _Open(loaded, None)
+            held.index(loaded.log)
+            self._open[session_id] = held
         return held
+
+    async def _taken(self, session_id: str) -> tuple[_Open, int]:
+        """The session taken for writing (``take``: epoch bump, seed marker, crash
+        repair; a whole new read when another writer stored events since the load),
+        and its epoch."""
+        held = await self._held(session_id)
+        if held.epoch is None:
+            opened = await (await self._get_store()).take(session_id, held.session)
+            if opened.session is held.session:
+                held.index(opened.repaired)
+            else:
+                held = _Open(opened.session, None)
+                held.index(opened.session.log)
+                self._open[session_id] = held
+            held.epoch = opened.epoch
+        return held, held.epoch
 
     async def _merged_state(self, session_id: str) -> dict[str, Any]:
         store = await self._get_store()
@@ -198,7 +227,7 @@ class SurfacelogSessionService(BaseSessionService):
             scope = await self._scope(app_name, user_id, session_id)
             if scope is None:
                 return None
-            held = await self._opened(session_id)
+            held = await self._held(session_id)
             events = held.events
             if config is not None:
                 if config.num_recent_events is not None:
@@ -262,7 +291,7 @@ class SurfacelogSessionService(BaseSessionService):
                 raise SessionMissing(f"Session {session.id} not found.")
             self._apply_temp_state(session, event)
             event = self._trim_temp_delta_state(event)
-            held = await self._opened(session.id)
+            held, epoch = await self._taken(session.id)
             dumped = _dump(event)
             span = compaction_span(dumped)
             spec = map_event(dumped, call_seqs=held.call_seqs,
@@ -273,11 +302,11 @@ class SurfacelogSessionService(BaseSessionService):
                 logged = held.session.append_batch([spec])
                 if delta:  # the event and its state delta, all or nothing
                     await store.append_with_state(session.id, logged, delta,
-                                                  epoch=held.epoch,
+                                                  epoch=epoch,
                                                   at=int(event.timestamp * 1000),
                                                   durable=self._durable)
                 else:
-                    await store.append(session.id, logged, epoch=held.epoch,
+                    await store.append(session.id, logged, epoch=epoch,
                                        durable=self._durable)
             for call_id in tool_call_ids(spec):
                 held.call_seqs[call_id] = logged[0].seq

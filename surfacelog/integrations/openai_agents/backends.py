@@ -30,7 +30,7 @@ from surfacelog.session import (
     compaction_specs,
     now_ms,
 )
-from surfacelog.store.base import EventStore
+from surfacelog.store.base import EventStore, SessionDeleted, SessionNotFound
 
 if TYPE_CHECKING:
     from surfacelog.actors.client import SessionHandle
@@ -118,9 +118,11 @@ class _LocalView(View):
 
 class EmbeddedBackend(Backend):
     """The session in an ``EventStore`` of this process (``SqliteEventStore``: one file,
-    no Ray). Opening takes the session for writing (``open_or_create``: writer epoch
-    bump, seed marker, crash repair): a second writer of the same session, in this or
-    another process, fences this one (``WriterFenced`` on its next write).
+    no Ray). Reading loads the session without taking it (``load``: no epoch bump,
+    nothing written); the first write takes it for writing (``take``, or
+    ``open_or_create`` when it was not stored: writer epoch bump, seed marker, crash
+    repair). From then on a second writer of the same session, in this or another
+    process, fences this one (``WriterFenced`` on its next write).
 
     ``durable``: each write returns once committed (fsynced with the store's
     ``synchronous="FULL"``, the SDK's ``SQLiteSession`` guarantee); ``False``: once
@@ -139,50 +141,74 @@ class EmbeddedBackend(Backend):
         self._durable = durable
         self._store_options = dict(store_options or {})
         self._session: Session | None = None
-        self._epoch = 0
+        self._stored = False  # whether _session was loaded from the store
+        self._epoch: int | None = None  # set once the session is taken for writing
         self._lock = asyncio.Lock()
 
-    async def _open(self) -> Session:
-        if self._session is not None:
-            return self._session
+    async def _get_store(self) -> EventStore:
         if self._store is None:
             from surfacelog.store.sqlite import SqliteEventStore
 
             assert self._path is not None
             self._store = await SqliteEventStore.open(self._path, **self._store_options)
-        header = SessionHeader(version=SESSION_FORMAT_VERSION, id=self.session_id,
-                               created_at=now_ms())
-        opened = await self._store.open_or_create(header)
-        self._session, self._epoch = opened.session, opened.epoch
-        return opened.session
+        return self._store
+
+    def _header(self) -> SessionHeader:
+        return SessionHeader(version=SESSION_FORMAT_VERSION, id=self.session_id,
+                             created_at=now_ms())
+
+    async def _read(self) -> Session:
+        """The session as stored (an empty one, not stored, when there is none), loaded
+        once and kept live; not taken for writing."""
+        if self._session is None:
+            store = await self._get_store()
+            try:
+                self._session, self._stored = await store.load(self.session_id), True
+            except SessionDeleted:
+                raise
+            except SessionNotFound:
+                self._session, self._stored = Session(header=self._header()), False
+        return self._session
+
+    async def _open(self) -> tuple[Session, int]:
+        """The session taken for writing, and its epoch."""
+        if self._epoch is None:
+            store = await self._get_store()
+            if self._session is not None and self._stored:
+                opened = await store.take(self.session_id, self._session)
+            else:
+                opened = await store.open_or_create(self._header())
+            self._session, self._stored, self._epoch = opened.session, True, opened.epoch
+        assert self._session is not None
+        return self._session, self._epoch
 
     async def view(self) -> View:
-        return _LocalView(await self._open())
+        return _LocalView(await self._read())
 
-    async def _append(self, session: Session, specs: Sequence[AppendSpec]) -> list[Event]:
+    async def _append(self, session: Session, epoch: int, specs: Sequence[AppendSpec]
+                      ) -> list[Event]:
         store = self._store
         assert store is not None
         with session.atomic():  # a refused or failed write leaves the session as it was
             events = session.append_batch(list(specs))
-            await store.append(self.session_id, events, epoch=self._epoch,
-                               durable=self._durable)
+            await store.append(self.session_id, events, epoch=epoch, durable=self._durable)
         return events
 
     async def write(self, plan: Plan) -> list[Event]:
         async with self._lock:
-            session = await self._open()
+            session, epoch = await self._open()
             specs = plan(_LocalView(session))
-            return await self._append(session, specs) if specs else []
+            return await self._append(session, epoch, specs) if specs else []
 
     async def compact(self, plan: CompactionPlan) -> list[Event]:
         async with self._lock:
-            session = await self._open()
+            session, epoch = await self._open()
             request = plan(_LocalView(session))
             if request is None:
                 return []
             check_compaction(session, request)
             specs = compaction_specs(request, at=len(session), turn=session.open_turn())
-            return await self._append(session, specs)
+            return await self._append(session, epoch, specs)
 
     async def flush(self) -> None:
         if self._store is not None:
@@ -191,7 +217,7 @@ class EmbeddedBackend(Backend):
     async def close(self) -> None:
         """Flush, and close the store when this backend opened it. Using the backend
         again afterwards opens the session again (and the store, when it owns one)."""
-        store, self._session = self._store, None
+        store, self._session, self._stored, self._epoch = self._store, None, False, None
         if store is None:
             return
         if self._owns_store:

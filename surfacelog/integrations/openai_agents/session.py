@@ -95,8 +95,9 @@ class SurfacelogSession:
     - ``store``: an open ``EventStore`` shared by several sessions (the caller closes it);
     - ``handle``: a Ray ``SessionHandle`` (``surfacelog.connect(...).session(id)``).
 
-    The embedded forms take the session for writing (writer epoch): one adapter per
-    session at a time; use the Ray form to share a session between processes. Use one
+    The embedded forms take the session for writing (writer epoch) at their first write,
+    not when reading: one writing adapter per session at a time (a later writer fences
+    an earlier one); use the Ray form to share a session between processes. Use one
     adapter from one event loop; ``await close()`` at the end (flushes, and closes the
     store it opened).
 
@@ -344,7 +345,7 @@ class SurfacelogSession:
 
     async def close(self) -> None:
         """Flush, and close the store this session opened (``db_path``). A later call
-        opens the session again (taking it for writing anew)."""
+        loads the session again (and a later write takes it for writing anew)."""
         async with self._lock:
             self._forget()
             await self.backend.close()
