@@ -7,6 +7,8 @@ import dataclasses
 import signal
 import sqlite3
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from inspect import Parameter, Signature
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_type_hints
@@ -19,7 +21,7 @@ from rich.text import Text
 from surfacelog.cli.outputs import OutputError, check_output, write_atomic
 from surfacelog.cli.render import echo, surface_tree, text
 from surfacelog.cli.runmodel import RunConfig
-from surfacelog.schema.codec import LogFile, encode_json, read_log
+from surfacelog.schema.codec import LogFile, LogStream, encode_json, read_log
 from surfacelog.schema.errors import LineTooLong, LogError, SurfacelogError
 from surfacelog.schema.limits import MAX_LINE_BYTES
 from surfacelog.session import (
@@ -31,9 +33,11 @@ from surfacelog.session import (
 from surfacelog.store import (
     SqliteEventStore,
     StoreError,
+    StreamedImport,
     VerifyFailure,
     export_session,
     import_log,
+    import_stream,
     verify_store,
 )
 from surfacelog.store.dsh_sources import (
@@ -63,9 +67,12 @@ class _Unreadable(SurfacelogError):
     """A file cannot be read, or is not JSONL."""
 
 
-def _read(path: Path, legacy: bool, max_line_bytes: int = MAX_LINE_BYTES) -> LogFile:
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """Reading ``path``: an error that means the file cannot be read or is not JSONL
+    becomes ``_Unreadable`` (exit 2); other ``LogError``s (a bad packed row...) pass."""
     try:
-        log = read_log(path, max_line_bytes=max_line_bytes)
+        yield
     except OSError as exc:
         raise _Unreadable(f"cannot read {path}: {exc.strerror or exc}") from exc
     except LineTooLong as exc:
@@ -76,9 +83,30 @@ def _read(path: Path, legacy: bool, max_line_bytes: int = MAX_LINE_BYTES) -> Log
         if exc.rule == "zstd":
             raise _Unreadable(f"{path} is not a readable zstd session file: {exc}") from exc
         raise
+
+
+def _read(path: Path, legacy: bool, max_line_bytes: int = MAX_LINE_BYTES) -> LogFile:
+    with _reading(path):
+        log = read_log(path, max_line_bytes=max_line_bytes)
     if legacy:
         return LogFile(log.header, upgrade_legacy(log.events))
     return log
+
+
+def _batches(path: Path, stream: LogStream) -> Iterator[list[Any]]:
+    """``stream.batches()``, its errors translated as ``_read`` translates them."""
+    with _reading(path):
+        yield from stream.batches()
+
+
+async def _import_streamed(path: Path, max_line_bytes: int,
+                           store: SqliteEventStore) -> StreamedImport:
+    """``import_stream`` of the file at ``path`` (memory: one block of it), with
+    ``_read``'s errors. Raises ``_Unreadable``, ``LogError``, ``StoreError``."""
+    with _reading(path):
+        stream = LogStream(path, max_line_bytes=max_line_bytes)
+    with stream:
+        return await import_stream(store, stream, path, batches=_batches(path, stream))
 
 
 class _NotASeq(SurfacelogError):
@@ -472,6 +500,12 @@ def import_(db: DbArg = None,
         return status
 
     async def store_one(path: Path, store: SqliteEventStore | ShardedStores) -> str:
+        if isinstance(store, SqliteEventStore) and not legacy:
+            # Streamed: read, validated and stored block by block in one transaction.
+            done = await _import_streamed(path, max_line_bytes, store)
+            torn = f"; {done.torn}" if done.torn else ""
+            return (f"{path}: imported as session {done.header.id} ({done.events} "
+                    f"events{torn})")
         log = _read(path, legacy, max_line_bytes)
         return await store_log(str(path), log, path, store)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
@@ -301,21 +301,43 @@ def _decode_blocks(blocks: Iterable[list[tuple[int, bytes]]], notes: ReadNotes |
                    unit: str) -> LogFile:
     """``decode_records`` of the numbered lines in ``blocks`` (in order)."""
     notes = ReadNotes() if notes is None else notes
-    header: SessionHeader | None = None
+    stream = _event_blocks(blocks, notes, unit)
+    header = next(stream)
+    assert not isinstance(header, list)
     events: list[Event] = []
+    for batch in stream:
+        assert isinstance(batch, list)
+        events.extend(batch)
+    return LogFile(header, events, notes.torn, notes.packed_rows)
+
+
+def _event_blocks(blocks: Iterable[list[tuple[int, bytes]]], notes: ReadNotes,
+                  unit: str) -> Generator[SessionHeader | list[Event] | None]:
+    """The header of the numbered lines in ``blocks`` (``None`` when the first
+    non-blank line is an event), then their events, one list per block (one msgspec
+    call's worth; packed rows expanded): the streamed form of ``_decode_blocks``, with
+    the same errors in the same order. The collector is paused while a block is
+    decoded, never across a ``yield``."""
+    header: SessionHeader | None = None
     first = True
-    with gc_paused():  # thousands of fresh acyclic containers per block
-        for block in blocks:
+    pending: list[Event] = []
+    for block in blocks:
+        with gc_paused():  # thousands of fresh acyclic containers per block
             if first:
                 k = next((k for k, (_, line) in enumerate(block) if line.strip()), None)
                 if k is None:
                     continue
                 first = False
                 n, line = block[k]
-                header = _first_line(n, line, unit, notes, events)
+                header = _first_line(n, line, unit, notes, pending)
                 block = block[k + 1:]
-            _decode_block(block, unit, notes, events)
-    return LogFile(header, events, notes.torn, notes.packed_rows)
+                yield header
+            _decode_block(block, unit, notes, pending)
+        if pending:
+            yield pending
+            pending = []
+    if first:
+        yield header
 
 
 def _first_line(n: int, line: bytes, unit: str, notes: ReadNotes,
@@ -420,7 +442,8 @@ def _parses(line: bytes) -> bool:
 def read_log(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> LogFile:
     """Read a session log file, streamed: memory holds one block of lines (1 MiB of a
     regular file, or one line of at most ``max_line_bytes`` bytes, newline excluded) —
-    one zstd frame's lines for a zstd file — besides the decoded events.
+    one zstd frame's lines for a zstd file — besides the decoded events
+    (``LogStream`` reads the same file without holding its events).
 
     Every DSH JSONL encoding is read: plain lines, or (a file starting with the zstd
     magic) a concatenation of zstd frames (``dsh.zstd_lines``); packed chunk rows are
@@ -434,19 +457,75 @@ def read_log(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> LogFi
     ``zstd`` naming the file, frame and byte offset of a corrupt frame; rule
     ``packed-row`` naming the line of a malformed packed row), ``InvalidArgument`` for
     a limit below 1."""
-    if max_line_bytes < 1:
-        raise InvalidArgument(f"max_line_bytes must be >= 1, got {max_line_bytes}")
-    notes = ReadNotes()
-    with Path(path).open("rb") as handle:
+    with LogStream(path, max_line_bytes=max_line_bytes) as stream:
+        events: list[Event] = []
+        for batch in stream.batches():
+            events.extend(batch)
+        return LogFile(stream.header, events, stream.notes.torn, stream.notes.packed_rows)
+
+
+class LogStream:
+    """A session log file read as ``read_log`` reads it, without holding its events:
+    the header is read on opening, then ``batches()`` yields the events in file order,
+    one block of lines at a time (at most 4,096 lines; a packed row counts as one line
+    and yields every event it stands for), so memory holds one block. ``notes`` says,
+    once ``batches()`` is exhausted, what ``LogFile.torn`` and ``LogFile.packed_rows``
+    would. The errors are ``read_log``'s, in the same order (the first bad line of the
+    file, wherever it is), raised by the constructor for the first block and by
+    ``batches()`` for the rest. Close it (or use it as a context manager).
+
+    Raises ``OSError``, ``DecodeError``, ``InvalidArgument`` as ``read_log`` does."""
+
+    def __init__(self, path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        if max_line_bytes < 1:
+            raise InvalidArgument(f"max_line_bytes must be >= 1, got {max_line_bytes}")
+        self.path = path
+        self.notes = ReadNotes()
+        self._handle = Path(path).open("rb")  # noqa: SIM115 (closed by close())
+        try:
+            self._stream = self._open(max_line_bytes)
+            first = next(self._stream)
+        except BaseException:
+            self._handle.close()
+            raise
+        assert not isinstance(first, list)
+        self.header: SessionHeader | None = first
+
+    def _open(self, max_line_bytes: int) -> Generator[SessionHeader | list[Event] | None]:
+        handle, path, notes = self._handle, self.path, self.notes
         if handle.peek(len(ZSTD_MAGIC))[:len(ZSTD_MAGIC)] == ZSTD_MAGIC:
-            try:
-                return decode_records(zstd_lines(handle, max_line_bytes, notes), notes)
-            except DecodeError as exc:
-                raise exc.with_prefix(f"{path}: ") from exc
+            return _prefixed(_event_blocks(_blocks(zstd_lines(handle, max_line_bytes, notes)),
+                                           notes, "line"), f"{path}: ")
         if stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return _decode_blocks(_file_blocks(handle, path, max_line_bytes, notes), notes,
-                                  "line")
-        return decode_records(_file_lines(handle, path, max_line_bytes, notes), notes)
+            return _event_blocks(_file_blocks(handle, path, max_line_bytes, notes), notes,
+                                 "line")
+        return _event_blocks(_blocks(_file_lines(handle, path, max_line_bytes, notes)),
+                             notes, "line")
+
+    def batches(self) -> Iterator[list[Event]]:
+        """The events after the header, a block at a time (each list is the caller's)."""
+        for batch in self._stream:
+            assert isinstance(batch, list)
+            yield batch
+
+    def close(self) -> None:
+        self._stream.close()
+        self._handle.close()
+
+    def __enter__(self) -> LogStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _prefixed(items: Iterator[SessionHeader | list[Event] | None],
+              prefix: str) -> Generator[SessionHeader | list[Event] | None]:
+    """``items``, every ``DecodeError`` they raise prefixed with ``prefix``."""
+    try:
+        yield from items
+    except DecodeError as exc:
+        raise exc.with_prefix(prefix) from exc
 
 
 def encode_log(header: SessionHeader | None, events: Iterable[Event]) -> bytes:

@@ -9,7 +9,7 @@ the last synchronisation, reusing the plan already made for a just-checked candi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from msgspec import UNSET, Struct
 
@@ -75,6 +75,24 @@ def _plain_envelope(event: Event, seq: int) -> bool:
 """The undo entry of an event that is not a surface node (nothing to undo)."""
 
 
+class EventLookup(Protocol):
+    """What the checks read of the events already folded: the event at a seq (only
+    ever a current surface node: rule 6.6 compares a rewrite with the tool/result it
+    shadows). A ``list[Event]`` log is one; so is ``logcheck``'s node index."""
+
+    def __getitem__(self, seq: int, /) -> Event: ...
+
+
+class FoldLog(EventLookup, Protocol):
+    """The log ``fold_batch`` appends to: ``extend`` is only ever given events that are
+    not surface events (runs of plain log-only events), ``append`` any other checked
+    event."""
+
+    def append(self, event: Event, /) -> None: ...
+
+    def extend(self, events: Sequence[Event], /) -> None: ...
+
+
 class SurfaceManager:
     """Owns the ordered node list of one session."""
 
@@ -123,7 +141,7 @@ class SurfaceManager:
 
     # -- checking ----------------------------------------------------------------------
 
-    def plan(self, event: Event, log: Sequence[Event], *,
+    def plan(self, event: Event, log: EventLookup, *,
              payload_checked: bool = False) -> SurfacePlan:
         """Check ``event`` as the next event after ``log[:synced]``; change nothing.
 
@@ -224,7 +242,7 @@ class SurfaceManager:
                 self.apply(self.plan(event, log))
         return len(log) - start
 
-    def fold_batch(self, events: Sequence[Event], log: list[Event],
+    def fold_batch(self, events: Sequence[Event], log: FoldLog,
                    checked: Sequence[bool]) -> None:
         """Check and commit ``events`` one after another, appending each to ``log``
         (which must be the log this manager folded, ``synced`` events long). The same
@@ -328,7 +346,7 @@ def _without_block_content(data: Any) -> Any:
     return {**data, "message": message}
 
 
-def _check_rewrite(event: Event, shadowed: list[int], log: Sequence[Event]) -> None:
+def _check_rewrite(event: Event, shadowed: list[int], log: EventLookup) -> None:
     def fail(detail: str) -> SurfaceError:
         return SurfaceError("tool-result-rewrite",
                             f"tool/result surface replacement {detail}", event.type, event.seq)
