@@ -440,14 +440,39 @@ def import_(db: DbArg = None,
         try:
             return await store_log(label, log, path, store), 0
         except SessionExists as exc:
-            header, events = prepare_import(log, path)
-            if await stored_events(store, header.id) == events:
-                return (f"{label}: already stored as session {header.id} "
-                        f"({len(events)} events)"), 0
-            return (f"{label}: refused (exists): {exc}, with other events "
-                    f"than this file's"), 1
+            return await stored_already(label, log, path, store, exc)
         except LogError as exc:
             return f"{label}: refused ({exc.rule}): {exc}", 1
+
+    async def stored_already(label: str, log: LogFile, path: Path,
+                             store: SqliteEventStore | ShardedStores,
+                             exc: SessionExists) -> tuple[str, int]:
+        """The report of a valid log whose id is stored: already stored when the same
+        events are, else refused."""
+        header, events = prepare_import(log, path)
+        if await stored_events(store, header.id) == events:
+            return (f"{label}: already stored as session {header.id} "
+                    f"({len(events)} events)"), 0
+        return (f"{label}: refused (exists): {exc}, with other events "
+                f"than this file's"), 1
+
+    async def file_resumable(path: Path, store: SqliteEventStore | ShardedStores
+                             ) -> tuple[str, int]:
+        """``store_resumable`` of one session file; into a single SQLite store,
+        streamed (memory: one block of the file; the file is read whole only to
+        compare it with a session already stored under its id). Raises
+        ``_Unreadable``, ``LogError``."""
+        if not isinstance(store, SqliteEventStore):
+            return await store_resumable(str(path), _read(path, False, max_line_bytes),
+                                         path, store)
+        try:
+            done = await _import_streamed(path, max_line_bytes, store)
+        except SessionExists as exc:
+            return await stored_already(str(path), _read(path, False, max_line_bytes),
+                                        path, store, exc)
+        torn = f"; {done.torn}" if done.torn else ""
+        return (f"{path}: imported as session {done.header.id} ({done.events} "
+                f"events{torn})"), 0
 
     async def import_root(root: Path, store: SqliteEventStore | ShardedStores) -> int:
         try:
@@ -461,7 +486,7 @@ def import_(db: DbArg = None,
         status = 0
         for path in found:
             try:
-                log = _read(path, False, max_line_bytes)
+                line, failed = await file_resumable(path, store)
             except _Unreadable as exc:
                 echo(f"{path}: refused (unreadable): {exc}", err=True)
                 status = max(status, 1)
@@ -470,7 +495,6 @@ def import_(db: DbArg = None,
                 echo(f"{path}: refused ({exc.rule}): {exc}", err=True)
                 status = max(status, 1)
                 continue
-            line, failed = await store_resumable(str(path), log, path, store)
             echo(line, err=bool(failed))
             status = max(status, failed)
         echo(f"{root}: {len(found)} DSH session file(s)")

@@ -242,23 +242,47 @@ def _bulk_events(lines: list[bytes]) -> list[Event] | None:
         return None
 
 
-def _decode_block(block: list[tuple[int, bytes]], unit: str, notes: ReadNotes,
-                  events: list[Event]) -> None:
-    """Append the events of ``block`` (physical lines after the first non-blank one) to
-    ``events``: in bulk when every line is an ordinary event line, else line by line.
-    Either way the same events, and the same first error."""
+_BATCH_EVENTS: Final = 16_384
+"""Events per list ``_block_batches`` yields on the per-line path (a block of packed rows
+expands to up to 4,096 x 1,024 events: this keeps one list to about a block's worth)."""
+
+
+def _block_batches(block: list[tuple[int, bytes]], unit: str,
+                   notes: ReadNotes) -> Iterator[list[Event]]:
+    """The events of ``block`` (physical lines after the first non-blank one), in lists
+    of at most about ``_BATCH_EVENTS``: in bulk when every line is an ordinary event
+    line, else line by line. Either way the same events, and the same first error. The
+    collector is paused while decoding (thousands of fresh acyclic containers), never
+    across a ``yield``."""
     if not block:
         return
     lines = [line for _, line in block]
-    bulk = _bulk_events(lines)
-    if bulk is None:
-        for n, line in block:
-            if line.strip():
-                events.extend(_line_events(n, line, unit, notes))
+    with gc_paused():
+        bulk = _bulk_events(lines)
+        if bulk is not None:
+            _redo_suspects(bulk, block, lines, unit, notes)
+    if bulk is not None:
+        yield bulk
         return
-    # The lines the per-line path reads differently: data possibly nested too deep,
-    # and ``-0`` where the envelope holds a 0. Every other line decoded as it would
-    # alone, so the first error of the block is the first of these to fail.
+    k, total = 0, len(block)
+    while k < total:
+        out: list[Event] = []
+        with gc_paused():
+            while k < total and len(out) < _BATCH_EVENTS:
+                n, line = block[k]
+                k += 1
+                if line.strip():
+                    out.extend(_line_events(n, line, unit, notes))
+        if out:
+            yield out
+
+
+def _redo_suspects(bulk: list[Event], block: list[tuple[int, bytes]], lines: list[bytes],
+                   unit: str, notes: ReadNotes) -> None:
+    """Decode again, on the per-line path, the lines that path reads differently from
+    the bulk one: data possibly nested too deep, and ``-0`` where the envelope holds a
+    0. Every other line decoded as it would alone, so the first error of the block is
+    the first of these to fail."""
     again = [k for k, line in enumerate(lines)
              if line.count(b"[") + line.count(b"{") > MAX_NESTING]
     if any(b"-0" in line for line in lines):
@@ -268,7 +292,6 @@ def _decode_block(block: list[tuple[int, bytes]], unit: str, notes: ReadNotes,
     for k in again:
         n, line = block[k]
         (bulk[k],) = _line_events(n, line, unit, notes)
-    events.extend(bulk)
 
 
 def decode_records(numbered: Iterable[tuple[int, bytes]], notes: ReadNotes | None = None,
@@ -314,30 +337,27 @@ def _decode_blocks(blocks: Iterable[list[tuple[int, bytes]]], notes: ReadNotes |
 def _event_blocks(blocks: Iterable[list[tuple[int, bytes]]], notes: ReadNotes,
                   unit: str) -> Generator[SessionHeader | list[Event] | None]:
     """The header of the numbered lines in ``blocks`` (``None`` when the first
-    non-blank line is an event), then their events, one list per block (one msgspec
-    call's worth; packed rows expanded): the streamed form of ``_decode_blocks``, with
-    the same errors in the same order. The collector is paused while a block is
-    decoded, never across a ``yield``."""
-    header: SessionHeader | None = None
+    non-blank line is an event), then their events in lists of at most a block's
+    worth (``_block_batches``; packed rows expanded): the streamed form of
+    ``_decode_blocks``, with the same errors in the same order."""
     first = True
-    pending: list[Event] = []
     for block in blocks:
-        with gc_paused():  # thousands of fresh acyclic containers per block
-            if first:
-                k = next((k for k, (_, line) in enumerate(block) if line.strip()), None)
-                if k is None:
-                    continue
-                first = False
-                n, line = block[k]
-                header = _first_line(n, line, unit, notes, pending)
-                block = block[k + 1:]
-                yield header
-            _decode_block(block, unit, notes, pending)
-        if pending:
-            yield pending
-            pending = []
+        if first:
+            k = next((k for k, (_, line) in enumerate(block) if line.strip()), None)
+            if k is None:
+                continue
+            first = False
+            n, line = block[k]
+            head: list[Event] = []
+            with gc_paused():
+                header = _first_line(n, line, unit, notes, head)
+            yield header
+            if head:
+                yield head
+            block = block[k + 1:]
+        yield from _block_batches(block, unit, notes)
     if first:
-        yield header
+        yield None
 
 
 def _first_line(n: int, line: bytes, unit: str, notes: ReadNotes,

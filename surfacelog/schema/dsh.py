@@ -21,7 +21,7 @@ This module does not import ``codec`` (``codec`` uses it).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from itertools import pairwise
+from itertools import accumulate, pairwise
 from typing import Any, BinaryIO, Final
 
 import msgspec
@@ -162,26 +162,33 @@ def expand_packed_row(line: bytes, where: str) -> list[Event]:
         raise _row_error(where, rtype, row.seq0, "its seqs are not safe non-negative "
                                                  "integers")
     kind = PACKED_TYPES[str(rtype)]
-    events: list[Event] = []
-    time = row.time0
-    seq = row.seq0
-    base = {"turn": run.turn, "step": run.step}
-    for k, member in enumerate(members):
-        if k:
-            time += run.dt[k - 1]
-        if not _safe(time):
-            raise _row_error(where, rtype, row.seq0, f"member {k} has time {time}, not a "
-                                                     f"safe integer")
-        if isinstance(run, _ToolRun):
-            chunk: dict[str, Any] = {"type": kind, "index": run.index, "id": run.id}
-            if run.name is not UNSET:
-                chunk["name"] = run.name
-            chunk["argumentsDelta"] = member
-        else:
-            chunk = {"type": kind, "index": run.index, "text": member}
-        events.append(Event(type="assistant/chunk", seq=seq + k, time=time,
-                            data={**base, "chunk": chunk}))
-    return events
+    seq0 = row.seq0
+    times = list(accumulate(run.dt, initial=row.time0))
+    if not (_safe(min(times)) and _safe(max(times))):
+        k = next(k for k, time in enumerate(times) if not _safe(time))
+        raise _row_error(where, rtype, seq0, f"member {k} has time {times[k]}, not a "
+                                             f"safe integer")
+    turn, step, index = run.turn, run.step, run.index
+    # One comprehension, dict displays and positional structs: a row of 1,024 members
+    # costs a fraction of building each event field by field.
+    if isinstance(run, _ToolRun):
+        call = run.id
+        if run.name is not UNSET:
+            name = run.name
+            return [Event("assistant/chunk", seq, time, {
+                "turn": turn, "step": step, "chunk": {
+                    "type": kind, "index": index, "id": call, "name": name,
+                    "argumentsDelta": member}})
+                for seq, time, member in zip(range(seq0, seq0 + n), times, members,
+                                             strict=True)]
+        return [Event("assistant/chunk", seq, time, {
+            "turn": turn, "step": step, "chunk": {
+                "type": kind, "index": index, "id": call, "argumentsDelta": member}})
+            for seq, time, member in zip(range(seq0, seq0 + n), times, members,
+                                         strict=True)]
+    return [Event("assistant/chunk", seq, time, {
+        "turn": turn, "step": step, "chunk": {"type": kind, "index": index, "text": member}})
+        for seq, time, member in zip(range(seq0, seq0 + n), times, members, strict=True)]
 
 
 # -- packing ----------------------------------------------------------------------------

@@ -5,8 +5,9 @@ only needs the verdict, and the rules of SPEC section 6 look back at very little
 next seq, the surface nodes (range, coverage) and, for a ``tool/result`` rewrite, the
 event it shadows, which is a current node. So ``LogCheck`` folds each batch through the
 same ``SurfaceManager.fold_batch`` as ``replay`` (every check, in the same order, with
-the same errors) but keeps, besides the manager's nodes, only the events that are
-current nodes: memory is one batch plus the surface, whatever the log's length.
+the same errors) but keeps, besides the manager's nodes, only what those checks read
+of the current nodes (a ``tool/result``'s data, any other node's type): memory is one
+batch plus the surface, whatever the log's length.
 """
 
 from __future__ import annotations
@@ -24,18 +25,20 @@ from surfacelog.session.surface import Replacement, SurfaceManager
 
 class _NodeIndex:
     """The ``FoldLog`` of a ``LogCheck``: counts the events folded and keeps, by seq,
-    the ones that may be surface nodes (those with a ``surfaceOp``); ``prune`` drops
-    those no longer on the surface."""
+    what the checks may read of the ones that can be surface nodes (those with a
+    ``surfaceOp``): a ``tool/result`` whole (a rewrite compares its data), any other
+    type by its type alone (a rewrite of it is refused naming the type). ``prune``
+    drops those no longer on the surface."""
 
     __slots__ = ("_kept", "length")
 
     def __init__(self) -> None:
-        self._kept: dict[int, Event] = {}
+        self._kept: dict[int, Event | str] = {}
         self.length = 0
 
     def append(self, event: Event, /) -> None:
         if event.surface_op is not UNSET:
-            self._kept[event.seq] = event
+            self._kept[event.seq] = event if event.type == "tool/result" else event.type
         self.length += 1
 
     def extend(self, events: Sequence[Event], /) -> None:
@@ -43,10 +46,14 @@ class _NodeIndex:
         self.length += len(events)
 
     def __getitem__(self, seq: int, /) -> Event:
-        return self._kept[seq]
+        kept = self._kept[seq]
+        if isinstance(kept, Event):
+            return kept
+        # Only the type of a node that is not a tool/result is ever read.
+        return Event(type=kept, seq=seq, time=0)
 
     def prune(self, nodes: Sequence[int]) -> None:
-        """Keep only the events at ``nodes`` (once the index holds twice as many)."""
+        """Keep only the entries of ``nodes`` (once the index holds twice as many)."""
         if len(self._kept) > 2 * len(nodes) + 256:
             kept = self._kept
             self._kept = {seq: kept[seq] for seq in nodes}

@@ -15,6 +15,7 @@ from surfacelog.schema.codec import JSON_ENCODER
 from surfacelog.schema.errors import DecodeError, InvalidArgument
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader, check_header, header_to_json
+from surfacelog.session.gcpause import gc_paused
 from surfacelog.store import sqlite_scoped as scoped_sql
 from surfacelog.store.base import EventStore, SessionInfo
 from surfacelog.store.connection import ConnectionThread
@@ -115,11 +116,13 @@ def _create_streamed(header: SessionHeader, header_json: str,
         for batch in batches:
             if exists is not None or not batch:
                 continue
-            encoded = encode_batch(sid, batch)
-            if encoded.start != stored:
-                raise SeqMismatch(f"session {sid!r}: batch starts at seq {encoded.start}, "
-                                  f"expected {stored}; nothing written")
-            insert_rows(conn, encoded.rows)
+            with gc_paused():  # a batch's worth of fresh acyclic row tuples
+                encoded = encode_batch(sid, batch)
+                if encoded.start != stored:
+                    raise SeqMismatch(f"session {sid!r}: batch starts at seq "
+                                      f"{encoded.start}, expected {stored}; nothing "
+                                      f"written")
+                insert_rows(conn, encoded.rows)
             stored += len(encoded.rows)
             last_time = encoded.last_time
         if exists is not None:
