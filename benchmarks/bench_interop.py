@@ -15,8 +15,9 @@ reports wall and CPU time (``getrusage``: all its threads):
   line (packed rows stay rows: this is what any reader of the file must do at least);
 - ``read``: ``read_log`` alone (the same, plus packed rows expanded to events, all
   held in one list);
-- ``validate``: ``LogStream`` + ``LogCheck``: the file streamed, expanded and
-  validated through the core, nothing stored, nothing held;
+- ``validate``: ``LogStream`` + ``LogCheck``: the file streamed and validated
+  through the core (packed rows checked as the events they stand for, not built),
+  nothing stored, nothing held;
 - ``import``: what ``surfacelog import DB FILE`` does: ``LogStream`` +
   ``import_stream`` (validated and stored block by block, one transaction) into a
   new store;
@@ -167,8 +168,8 @@ def phase_validate(path: Path) -> int:
     from surfacelog.session import LogCheck
 
     check = LogCheck()
-    with LogStream(path) as stream:
-        for batch in stream.batches():
+    with LogStream(path, runs=True) as stream:
+        for batch in stream.records():
             check.feed(batch)
     return len(check)
 
@@ -182,7 +183,7 @@ def phase_import(path: Path, db: Path) -> int:
     async def run() -> int:
         store = await SqliteEventStore.open(db, create=True)
         try:
-            with LogStream(path) as stream:
+            with LogStream(path, runs=True) as stream:
                 return (await import_stream(store, stream, path)).events
         finally:
             await store.close()

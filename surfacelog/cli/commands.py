@@ -93,10 +93,10 @@ def _read(path: Path, legacy: bool, max_line_bytes: int = MAX_LINE_BYTES) -> Log
     return log
 
 
-def _batches(path: Path, stream: LogStream) -> Iterator[list[Any]]:
-    """``stream.batches()``, its errors translated as ``_read`` translates them."""
+def _records(path: Path, stream: LogStream) -> Iterator[list[Any]]:
+    """``stream.records()``, its errors translated as ``_read`` translates them."""
     with _reading(path):
-        yield from stream.batches()
+        yield from stream.records()
 
 
 async def _import_streamed(path: Path, max_line_bytes: int,
@@ -104,9 +104,9 @@ async def _import_streamed(path: Path, max_line_bytes: int,
     """``import_stream`` of the file at ``path`` (memory: one block of it), with
     ``_read``'s errors. Raises ``_Unreadable``, ``LogError``, ``StoreError``."""
     with _reading(path):
-        stream = LogStream(path, max_line_bytes=max_line_bytes)
+        stream = LogStream(path, max_line_bytes=max_line_bytes, runs=True)
     with stream:
-        return await import_stream(store, stream, path, batches=_batches(path, stream))
+        return await import_stream(store, stream, path, batches=_records(path, stream))
 
 
 class _NotASeq(SurfacelogError):

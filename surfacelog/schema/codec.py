@@ -19,14 +19,16 @@ import os
 import stat
 from collections.abc import Generator, Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO, Final, TypeAlias, cast
 
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
 from surfacelog.schema.dsh import (
     ZSTD_MAGIC,
+    PackedRun,
     ReadNotes,
+    decode_packed_row,
     expand_packed_row,
     is_packed_row,
     zstd_lines,
@@ -205,6 +207,23 @@ def _line_events(n: int, line: bytes, unit: str, notes: ReadNotes) -> list[Event
     return [event]
 
 
+Record: TypeAlias = "Event | PackedRun"
+"""What ``LogStream.records()`` yields: an event, or a packed row not expanded."""
+
+
+def _line_records(n: int, line: bytes, unit: str, notes: ReadNotes) -> list[Record]:
+    """``_line_events``, except that a packed row stays one ``PackedRun`` (the same
+    checks, the same errors: expanding a row only builds what the run describes)."""
+    try:
+        if is_packed_row(line):
+            run = decode_packed_row(line, f"{unit} {n}")
+            notes.packed_rows += 1
+            return [run]
+    except RecursionError as exc:  # msgspec's own limit, far past ours
+        raise nesting_error(None, None, prefix=f"{unit} {n}: ") from exc
+    return list(_line_events(n, line, unit, notes))
+
+
 def _may_hold_minus_zero(event: Event) -> bool:
     """Whether an integer of the envelope is ``0`` (which the strict decoder also reads
     from ``-0``, where the per-line path reads ``-0.0`` for the rules to refuse)."""
@@ -247,13 +266,14 @@ _BATCH_EVENTS: Final = 16_384
 expands to up to 4,096 x 1,024 events: this keeps one list to about a block's worth)."""
 
 
-def _block_batches(block: list[tuple[int, bytes]], unit: str,
-                   notes: ReadNotes) -> Iterator[list[Event]]:
+def _block_batches(block: list[tuple[int, bytes]], unit: str, notes: ReadNotes,
+                   runs: bool) -> Iterator[list[Record]]:
     """The events of ``block`` (physical lines after the first non-blank one), in lists
-    of at most about ``_BATCH_EVENTS``: in bulk when every line is an ordinary event
-    line, else line by line. Either way the same events, and the same first error. The
-    collector is paused while decoding (thousands of fresh acyclic containers), never
-    across a ``yield``."""
+    of at most about ``_BATCH_EVENTS`` events: in bulk when every line is an ordinary
+    event line, else line by line. Either way the same events, and the same first
+    error. ``runs``: a packed row is yielded as its ``PackedRun`` (counting its
+    members), else expanded. The collector is paused while decoding (thousands of
+    fresh acyclic containers), never across a ``yield``."""
     if not block:
         return
     lines = [line for _, line in block]
@@ -262,17 +282,22 @@ def _block_batches(block: list[tuple[int, bytes]], unit: str,
         if bulk is not None:
             _redo_suspects(bulk, block, lines, unit, notes)
     if bulk is not None:
-        yield bulk
+        yield cast(list[Record], bulk)
         return
+    one_line = _line_records if runs else _line_events
     k, total = 0, len(block)
     while k < total:
-        out: list[Event] = []
+        out: list[Record] = []
+        size = 0
         with gc_paused():
-            while k < total and len(out) < _BATCH_EVENTS:
+            while k < total and size < _BATCH_EVENTS:
                 n, line = block[k]
                 k += 1
                 if line.strip():
-                    out.extend(_line_events(n, line, unit, notes))
+                    got = one_line(n, line, unit, notes)
+                    out.extend(got)
+                    first = got[0]  # a packed row's run alone, or the line's events
+                    size += len(first) if isinstance(first, PackedRun) else len(got)
         if out:
             yield out
 
@@ -324,22 +349,23 @@ def _decode_blocks(blocks: Iterable[list[tuple[int, bytes]]], notes: ReadNotes |
                    unit: str) -> LogFile:
     """``decode_records`` of the numbered lines in ``blocks`` (in order)."""
     notes = ReadNotes() if notes is None else notes
-    stream = _event_blocks(blocks, notes, unit)
+    stream = _event_blocks(blocks, notes, unit, runs=False)
     header = next(stream)
     assert not isinstance(header, list)
     events: list[Event] = []
     for batch in stream:
         assert isinstance(batch, list)
-        events.extend(batch)
+        events.extend(cast(list[Event], batch))
     return LogFile(header, events, notes.torn, notes.packed_rows)
 
 
 def _event_blocks(blocks: Iterable[list[tuple[int, bytes]]], notes: ReadNotes,
-                  unit: str) -> Generator[SessionHeader | list[Event] | None]:
+                  unit: str, *, runs: bool) -> Generator[SessionHeader | list[Record] | None]:
     """The header of the numbered lines in ``blocks`` (``None`` when the first
     non-blank line is an event), then their events in lists of at most a block's
-    worth (``_block_batches``; packed rows expanded): the streamed form of
-    ``_decode_blocks``, with the same errors in the same order."""
+    worth (``_block_batches``; packed rows expanded, or with ``runs`` kept as
+    ``PackedRun``s): the streamed form of ``_decode_blocks``, with the same errors in
+    the same order."""
     first = True
     for block in blocks:
         if first:
@@ -353,9 +379,9 @@ def _event_blocks(blocks: Iterable[list[tuple[int, bytes]]], notes: ReadNotes,
                 header = _first_line(n, line, unit, notes, head)
             yield header
             if head:
-                yield head
+                yield cast(list[Record], head)
             block = block[k + 1:]
-        yield from _block_batches(block, unit, notes)
+        yield from _block_batches(block, unit, notes, runs)
     if first:
         yield None
 
@@ -496,11 +522,13 @@ class LogStream:
 
     Raises ``OSError``, ``DecodeError``, ``InvalidArgument`` as ``read_log`` does."""
 
-    def __init__(self, path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+    def __init__(self, path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES,
+                 runs: bool = False) -> None:
         if max_line_bytes < 1:
             raise InvalidArgument(f"max_line_bytes must be >= 1, got {max_line_bytes}")
         self.path = path
         self.notes = ReadNotes()
+        self.runs = runs
         self._handle = Path(path).open("rb")  # noqa: SIM115 (closed by close())
         try:
             self._stream = self._open(max_line_bytes)
@@ -511,19 +539,33 @@ class LogStream:
         assert not isinstance(first, list)
         self.header: SessionHeader | None = first
 
-    def _open(self, max_line_bytes: int) -> Generator[SessionHeader | list[Event] | None]:
-        handle, path, notes = self._handle, self.path, self.notes
+    def _open(self, max_line_bytes: int) -> Generator[SessionHeader | list[Record] | None]:
+        handle, path, notes, runs = self._handle, self.path, self.notes, self.runs
         if handle.peek(len(ZSTD_MAGIC))[:len(ZSTD_MAGIC)] == ZSTD_MAGIC:
             return _prefixed(_event_blocks(_blocks(zstd_lines(handle, max_line_bytes, notes)),
-                                           notes, "line"), f"{path}: ")
+                                           notes, "line", runs=runs), f"{path}: ")
         if stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
             return _event_blocks(_file_blocks(handle, path, max_line_bytes, notes), notes,
-                                 "line")
+                                 "line", runs=runs)
         return _event_blocks(_blocks(_file_lines(handle, path, max_line_bytes, notes)),
-                             notes, "line")
+                             notes, "line", runs=runs)
 
     def batches(self) -> Iterator[list[Event]]:
-        """The events after the header, a block at a time (each list is the caller's)."""
+        """The events after the header, a block at a time (each list is the caller's).
+        Raises ``InvalidArgument`` on a stream opened with ``runs``."""
+        if self.runs:
+            raise InvalidArgument("this LogStream keeps packed rows: read records()")
+        for batch in self._stream:
+            assert isinstance(batch, list)
+            yield cast(list[Event], batch)
+
+    def records(self) -> Iterator[list[Record]]:
+        """With ``runs``: the records after the header, a block at a time, each an event
+        or a packed row as its ``PackedRun`` (not expanded: what an import that checks
+        and stores a run as a whole reads). Raises ``InvalidArgument`` on a stream
+        opened without ``runs``."""
+        if not self.runs:
+            raise InvalidArgument("this LogStream expands packed rows: read batches()")
         for batch in self._stream:
             assert isinstance(batch, list)
             yield batch
@@ -539,8 +581,8 @@ class LogStream:
         self.close()
 
 
-def _prefixed(items: Iterator[SessionHeader | list[Event] | None],
-              prefix: str) -> Generator[SessionHeader | list[Event] | None]:
+def _prefixed(items: Iterator[SessionHeader | list[Record] | None],
+              prefix: str) -> Generator[SessionHeader | list[Record] | None]:
     """``items``, every ``DecodeError`` they raise prefixed with ``prefix``."""
     try:
         yield from items

@@ -13,9 +13,11 @@ batch plus the surface, whatever the log's length.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from msgspec import UNSET
 
+from surfacelog.schema.dsh import PackedRun
 from surfacelog.schema.errors import LogError
 from surfacelog.schema.events import Event
 from surfacelog.session import shapes
@@ -85,10 +87,13 @@ class LogCheck:
     def replacements(self) -> Sequence[Replacement]:
         return self._manager.replacements
 
-    def feed(self, events: Sequence[Event]) -> None:
+    def feed(self, events: Sequence[Event | PackedRun]) -> None:
         """Validate ``events`` as the log's next events (``events[0].seq`` must be
-        ``len(self)`` for a valid log). Raises ``LogError`` naming the index of the
-        first event that breaks a rule; ``ValueError`` when fed after a failure."""
+        ``len(self)`` for a valid log). An item may be a packed row's ``PackedRun``
+        standing for its events (``LogStream(runs=True)``): it is checked as them
+        without building them (``SurfaceManager.fold_run``). Raises ``LogError`` naming
+        the index of the first event that breaks a rule; ``ValueError`` when fed after
+        a failure."""
         if self._failed:
             raise ValueError("this LogCheck already refused the log")
         if not events:
@@ -96,12 +101,23 @@ class LogCheck:
         manager = self._manager
         try:
             with gc_paused():
-                manager.fold_batch(events, self._index, shapes.payloads_valid(events))
+                start = 0
+                for k, item in enumerate(events):
+                    if type(item) is PackedRun:
+                        self._fold(events[start:k])
+                        manager.fold_run(item, self._index)
+                        start = k + 1
+                self._fold(events[start:] if start else events)
         except LogError as exc:
             self._failed = True
             raise exc.with_prefix(f"invalid seed event at index {manager.synced}: ") \
                 from exc
         self._index.prune(manager.nodes)
+
+    def _fold(self, events: Sequence[Event | PackedRun]) -> None:
+        plain = cast(Sequence[Event], events)  # no PackedRun: ``feed`` took them out
+        if plain:
+            self._manager.fold_batch(plain, self._index, shapes.payloads_valid(plain))
 
 
 __all__ = ["LogCheck"]

@@ -9,10 +9,11 @@ the last synchronisation, reusing the plan already made for a just-checked candi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, overload
 
 from msgspec import UNSET, Struct
 
+from surfacelog.schema.dsh import PackedRun
 from surfacelog.schema.errors import SurfaceError
 from surfacelog.schema.events import EVENT_TYPES, MAX_SAFE_INT, Event
 from surfacelog.session import shapes
@@ -274,6 +275,27 @@ class SurfaceManager:
                 self.apply(plan)
                 k += 1
 
+    def fold_run(self, run: PackedRun, log: FoldLog) -> None:
+        """Check and commit the events of a packed chunk row without building each:
+        the same checks, with the same result, as ``fold_batch(run.events(), ...)``.
+
+        Its first member is built and folded as any event (every check; it raises
+        what that event breaks). The others differ from it only in their seq (the next
+        one each: contiguous), their time (a safe integer each: ``PackedRun``'s
+        invariant, checked when the row was decoded) and one string leaf of the
+        chunk, where the payload rules ask only for a string (the row's members are
+        decoded as strings): every rule the first passed, they pass. So once the first
+        is folded, they are committed as a run of plain log-only events, which never
+        touch the nodes. ``log.extend`` is given them lazily (a ``Sequence`` that
+        builds an event when asked)."""
+        self.fold_batch([run.event(0)], log, [False])
+        rest = len(run) - 1
+        if rest:
+            log.extend(_RunTail(run))
+            self._synced += rest
+            if self._undo is not None:
+                self._undo.extend([_NOT_A_NODE] * rest)
+
     # -- all-or-nothing batches ----------------------------------------------------------
 
     def begin(self) -> None:
@@ -298,6 +320,31 @@ class SurfaceManager:
             self._synced -= 1
         self._undo = None
         self._planned = self._planned_event = None
+
+
+class _RunTail(Sequence[Event]):
+    """A packed run's members after the first, as a lazy sequence of events."""
+
+    __slots__ = ("_run",)
+
+    def __init__(self, run: PackedRun) -> None:
+        self._run = run
+
+    def __len__(self) -> int:
+        return len(self._run) - 1
+
+    @overload
+    def __getitem__(self, k: int) -> Event: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> Sequence[Event]: ...
+
+    def __getitem__(self, k: int | slice) -> Event | Sequence[Event]:
+        if isinstance(k, slice):
+            return self._run.events()[1:][k]
+        if not -len(self) <= k < len(self):
+            raise IndexError(k)
+        return self._run.event(k % len(self) + 1)
 
 
 def _check_provenance(event: Event) -> None:

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, cast, final
 
 from msgspec import Struct
 
+from surfacelog.schema.dsh import PackedRun
 from surfacelog.schema.errors import InvalidArgument
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader, check_header
@@ -224,7 +225,7 @@ class EventStore(abc.ABC):
         return await self.create_stored(header, batch)
 
     async def create_streamed(self, header: SessionHeader,
-                              batches: Iterable[Sequence[Event]]) -> int:
+                              batches: Iterable[Sequence[Event | PackedRun]]) -> int:
         """Store a new session whose events (from seq 0, contiguous; not validated here)
         come in ``batches``, all or nothing, and return how many were stored. Every
         batch is consumed before anything is refused for the store's reasons, so an
@@ -232,12 +233,17 @@ class EventStore(abc.ABC):
         wins: it is raised, and nothing is stored. Then ``SessionExists`` when the id is
         taken (nothing stored), ``SeqMismatch``, ``BadEvent``, ``StoreError``.
 
-        This default collects the batches and calls ``create``: memory holds the whole
-        log. A backend that can keep one transaction open across batches (SQLite)
+        A batch may hold a packed row's ``PackedRun`` for its events. This default
+        collects the batches (runs expanded) and calls ``create``: memory holds the
+        whole log. A backend that can keep one transaction open across batches (SQLite)
         overrides it so that memory holds one batch."""
         events: list[Event] = []
         for batch in batches:
-            events.extend(batch)
+            for item in batch:
+                if type(item) is PackedRun:
+                    events.extend(item.events())
+                else:
+                    events.append(cast(Event, item))
         await self.create(header, events)
         return len(events)
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 from msgspec import Struct
 
 from surfacelog.schema.codec import LogFile, LogStream, encode_log
-from surfacelog.schema.dsh import encode_dsh
+from surfacelog.schema.dsh import PackedRun, encode_dsh
 from surfacelog.schema.errors import InvalidArgument, LogError
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
@@ -72,8 +72,8 @@ _IMPORT_BATCH = 65_536
 """Events per batch when an import of a log already in memory is validated and stored."""
 
 
-def _validated(batches: Iterable[Sequence[Event]], check: LogCheck
-               ) -> Iterator[Sequence[Event]]:
+def _validated(batches: Iterable[Sequence[Event | PackedRun]], check: LogCheck
+               ) -> Iterator[Sequence[Event | PackedRun]]:
     """``batches``, each once ``check`` found it valid. At the first invalid event the
     rest is still read (not checked, not yielded) so that a reading error anywhere in
     the file wins, as when the whole file was read before validation; then the
@@ -117,25 +117,31 @@ class StreamedImport(Struct, frozen=True):
 
 
 async def import_stream(store: EventStore, stream: LogStream, source: Path, *,
-                        batches: Iterable[Sequence[Event]] | None = None
+                        batches: Iterable[Sequence[Event | PackedRun]] | None = None
                         ) -> StreamedImport:
     """``import_log`` of the file ``stream`` reads, without holding its events: each
     block is validated through the core (``LogCheck``, the checks of ``replay``) and
     stored as it is read, in one transaction (SQLite; see ``create_streamed``), so a
-    refused file leaves nothing stored. The errors are ``import_log``'s after
-    ``read_log``'s, in the same order: the file's first reading error wherever it is,
-    else its first invalid event, else the header, else ``SessionExists``.
-    ``batches``: ``stream.batches()`` as the caller wraps it (to translate its errors),
-    by default ``stream.batches()`` itself.
+    refused file leaves nothing stored. A stream opened with ``runs`` hands packed
+    rows over unexpanded: checked and stored as the events they stand for, without
+    building each. The errors are ``import_log``'s after ``read_log``'s, in the same
+    order: the file's first reading error wherever it is, else its first invalid
+    event, else the header, else ``SessionExists``. ``batches``: the stream's
+    ``records()`` (or ``batches()``) as the caller wraps it (to translate its errors),
+    by default the stream's own.
 
     Raises ``surfacelog.schema.LogError`` (``DecodeError`` for a bad line), ``OSError``,
     ``SessionExists``, ``StoreError``."""
-    events = iter(stream.batches() if batches is None else batches)
-    first: Sequence[Event] | None = None
+    if batches is None:
+        batches = stream.records() if stream.runs else stream.batches()
+    items = iter(batches)
+    first: Sequence[Event | PackedRun] | None = None
     if stream.header is None:  # the id is the file's, the time the first event's
-        first = next(events, None)
-    header = _header(stream.header, first[0] if first else None, source)
+        first = next(items, None)
+    head = first[0] if first else None
+    header = _header(stream.header, head.event(0) if type(head) is PackedRun
+                     else cast("Event | None", head), source)
     if first is not None:
-        events = chain([first], events)
-    stored = await store.create_streamed(header, _validated(events, LogCheck()))
+        items = chain([first], items)
+    stored = await store.create_streamed(header, _validated(items, LogCheck()))
     return StreamedImport(header, stored, stream.notes.torn)

@@ -12,6 +12,7 @@ from typing import Any, Final, Literal, TypeVar
 import msgspec
 
 from surfacelog.schema.codec import JSON_ENCODER
+from surfacelog.schema.dsh import PackedRun
 from surfacelog.schema.errors import DecodeError, InvalidArgument
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader, check_header, header_to_json
@@ -32,6 +33,7 @@ from surfacelog.store.rows import (
     SELECT_EVENTS,
     EncodedBatch,
     encode_batch,
+    encode_records,
     insert_rows,
 )
 from surfacelog.store.schema_check import check_or_initialise, classify, inspect_file, read_shape
@@ -100,7 +102,8 @@ _CREATE_SESSION: Final = (
 
 
 def _create_streamed(header: SessionHeader, header_json: str,
-                     batches: Iterable[Sequence[Event]], conn: sqlite3.Connection) -> int:
+                     batches: Iterable[Sequence[Event | PackedRun]],
+                     conn: sqlite3.Connection) -> int:
     """``SqliteEventStore.create_streamed`` on the connection thread: one ``BEGIN
     IMMEDIATE`` transaction holding every batch's rows, then the ``sessions`` row,
     committed once; rolled back on any error, so nothing of the session is stored
@@ -117,7 +120,7 @@ def _create_streamed(header: SessionHeader, header_json: str,
             if exists is not None or not batch:
                 continue
             with gc_paused():  # a batch's worth of fresh acyclic row tuples
-                encoded = encode_batch(sid, batch)
+                encoded = encode_records(sid, batch)
                 if encoded.start != stored:
                     raise SeqMismatch(f"session {sid!r}: batch starts at seq "
                                       f"{encoded.start}, expected {stored}; nothing "
@@ -144,8 +147,8 @@ def _list_sessions(conn: sqlite3.Connection) -> list[SessionInfo]:
     return [SessionInfo(*row) for row in rows]
 
 
-def _checked_at_end(header: SessionHeader, batches: Iterable[Sequence[Event]]
-                    ) -> Iterable[Sequence[Event]]:
+def _checked_at_end(header: SessionHeader, batches: Iterable[Sequence[Event | PackedRun]]
+                    ) -> Iterable[Sequence[Event | PackedRun]]:
     """``batches``, then ``check_header(header)``: a header this build cannot store is
     refused after the batches' own errors, in the order ``create`` after a validation
     of the whole log reported them."""
@@ -264,7 +267,7 @@ class SqliteEventStore(EventStore):
         return 1
 
     async def create_streamed(self, header: SessionHeader,
-                              batches: Iterable[Sequence[Event]]) -> int:
+                              batches: Iterable[Sequence[Event | PackedRun]]) -> int:
         """``EventStore.create_streamed`` in one transaction kept open across the
         batches (each encoded and inserted as it comes, so memory holds one batch), run
         as one unit of work on the connection thread: ``batches`` is iterated there,
