@@ -215,3 +215,91 @@ def test_import_log_of_a_log_in_memory_is_all_or_nothing(tmp_path: Path) -> None
 def _written(path: Path, events: list[Event]) -> Path:
     write_jsonl(path, events)
     return path
+
+
+# -- packed rows checked and stored as runs ------------------------------------------------
+
+_NUMBER = st.one_of(st.integers(-3, 2**53 + 1), st.floats(allow_nan=False,
+                                                           allow_infinity=False))
+_MEMBER = st.text(max_size=6)
+
+
+@st.composite
+def packed_lines(draw: st.DrawFn, seq0: int = 0) -> bytes:
+    """One packed row, valid or not in any of the ways the payload rules look at."""
+    members = draw(st.lists(_MEMBER, min_size=1, max_size=5))
+    kind = draw(st.sampled_from(["text-chunks", "reasoning-chunks", "tool-call-chunks"]))
+    data: dict[str, Any] = {"turn": draw(_NUMBER), "step": draw(_NUMBER),
+                            "index": draw(_NUMBER),
+                            "dt": draw(st.lists(st.integers(-5, 5), min_size=len(members) - 1,
+                                                max_size=len(members) - 1))}
+    if kind == "tool-call-chunks":
+        data["id"] = draw(_MEMBER)
+        if draw(st.booleans()):
+            data["name"] = draw(_MEMBER)
+        data["args"] = members
+    else:
+        data["texts"] = members
+    row = {"type": kind, "seq0": seq0 + draw(st.sampled_from([0, 0, 0, 1])),
+           "time0": draw(st.integers(0, 2**40)), "data": data}
+    return msgspec.json.encode(row)
+
+
+@SETTINGS
+@given(line=packed_lines())
+def test_run_rows_are_the_rows_of_the_runs_events(line: bytes) -> None:
+    from surfacelog.schema.dsh import decode_packed_row
+    from surfacelog.store.rows import encode_batch, encode_records, run_rows
+
+    run = decode_packed_row(line, "line 1")
+    events = run.events()
+    assert run_rows("s", run) == encode_batch("s", events).rows
+    assert encode_records("s", [run]) == encode_batch("s", events)
+
+
+@SETTINGS
+@given(lines=st.lists(packed_lines(), min_size=1, max_size=3), data=st.data())
+def test_a_run_is_checked_as_the_events_it_stands_for(lines: list[bytes], data: Any) -> None:
+    """Runs between plain events, valid or not (a float or unsafe turn, step or index,
+    a seq that does not follow): ``LogCheck`` of the runs gives ``replay``'s verdict
+    of the expanded events, and the same surface."""
+    from surfacelog.schema.dsh import decode_packed_row
+
+    records: list[Any] = [Event(type="turn/start", seq=0, time=1, data={"turn": 1})]
+    expanded: list[Event] = list(records)
+    for line in lines:
+        row = msgspec.json.decode(line)
+        row["seq0"] += len(expanded)
+        run = decode_packed_row(msgspec.json.encode(row), "line 2")
+        records.append(run)
+        expanded.extend(run.events())
+        step = Event(type="step/start", seq=len(expanded), time=2, data={"turn": 1, "step": 1})
+        records.append(step)
+        expanded.append(step)
+    cuts = data.draw(st.lists(st.integers(0, len(records)), max_size=3))
+    expected = verdict(lambda: replay(expanded))
+    assert verdict(lambda: fed(records, cuts)) == expected
+    if expected is None:
+        assert len(fed(records, cuts)) == len(expanded)
+
+
+def test_streamed_import_of_runs_stores_the_expanded_events(tmp_path: Path) -> None:
+    header = SessionHeader(version=0, id="runs", created_at=1, delegation_depth=0)
+    events = chunk_log(30_000)
+    path = tmp_path / "session.jsonl.zstd"
+    path.write_bytes(encode_dsh(header, events, zstd=True))
+    with LogStream(path, runs=True) as stream:
+        assert any(type(r).__name__ == "PackedRun" for b in stream.records() for r in b)
+    db = tmp_path / "s.db"
+    result = CliRunner().invoke(app, ["import", str(db), str(path)])
+    assert result.exit_code == 0, result.output
+    assert f"imported as session runs ({len(events)} events)" in result.output
+
+    async def read() -> list[Event]:
+        store = await SqliteEventStore.open(db)
+        try:
+            return await store.read_since("runs", 0)
+        finally:
+            await store.close()
+
+    assert asyncio.run(read()) == events
