@@ -347,6 +347,10 @@ class _RunTail(Sequence[Event]):
         return self._run.event(k % len(self) + 1)
 
 
+_NONE: Any = object()
+"""No offender (``_check_provenance``)."""
+
+
 def _check_provenance(event: Event) -> None:
     seqs = event.source_event_seqs
     if seqs is UNSET:
@@ -360,14 +364,17 @@ def _check_provenance(event: Event) -> None:
         raise fail("must be an array")
     if not seqs and etype != "assistant/message":
         raise fail("must not be empty except on assistant/message")
-    for s in seqs:
-        if not shapes.is_seq(s):
-            raise fail(f"must densely contain non-negative safe integers; got {s!r}")
+    # The first offender of each rule, as a loop with a call per seq would find it:
+    # an assistant message cites every chunk of its step, so these run over many seqs.
+    bad = next((s for s in seqs if type(s) is not int or not 0 <= s <= MAX_SAFE_INT),
+               _NONE)
+    if bad is not _NONE:
+        raise fail(f"must densely contain non-negative safe integers; got {bad!r}")
     if len(set(seqs)) != len(seqs):
         raise fail("must not contain duplicates")
-    for s in seqs:
-        if s >= seq:
-            raise fail(f"must reference earlier events: {s} >= current seq {seq}")
+    if seqs and max(seqs) >= seq:
+        late = next(s for s in seqs if s >= seq)
+        raise fail(f"must reference earlier events: {late} >= current seq {seq}")
 
 
 def _check_coverage(event: Event, shadowed: list[int]) -> None:
