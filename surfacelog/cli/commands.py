@@ -396,7 +396,9 @@ def import_(db: DbArg = None,
     id; nothing is ever created on another shard.
 
     Each file is read line by line (``--max-line-bytes``) and stored in one
-    transaction: a file reported "not imported" left nothing stored, and nothing of it
+    transaction, streamed (validated and inserted block by block: memory holds one
+    block, not the file; not with ``--legacy`` or ``--shards``): a file reported "not
+    imported" left nothing stored, and nothing of it
     is written later (a failed commit, e.g. on a full disk, is not retried with the
     next file), so importing it again later stores it.
 

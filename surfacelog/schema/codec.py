@@ -349,13 +349,14 @@ def _decode_blocks(blocks: Iterable[list[tuple[int, bytes]]], notes: ReadNotes |
                    unit: str) -> LogFile:
     """``decode_records`` of the numbered lines in ``blocks`` (in order)."""
     notes = ReadNotes() if notes is None else notes
-    stream = _event_blocks(blocks, notes, unit, runs=False)
-    header = next(stream)
-    assert not isinstance(header, list)
-    events: list[Event] = []
-    for batch in stream:
-        assert isinstance(batch, list)
-        events.extend(cast(list[Event], batch))
+    with gc_paused():  # as in ``read_log``: every event is kept
+        stream = _event_blocks(blocks, notes, unit, runs=False)
+        header = next(stream)
+        assert not isinstance(header, list)
+        events: list[Event] = []
+        for batch in stream:
+            assert isinstance(batch, list)
+            events.extend(cast(list[Event], batch))
     return LogFile(header, events, notes.torn, notes.packed_rows)
 
 
@@ -503,7 +504,9 @@ def read_log(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> LogFi
     ``zstd`` naming the file, frame and byte offset of a corrupt frame; rule
     ``packed-row`` naming the line of a malformed packed row), ``InvalidArgument`` for
     a limit below 1."""
-    with LogStream(path, max_line_bytes=max_line_bytes) as stream:
+    # The collector stays paused for the whole read, not per block as ``LogStream``
+    # pauses it: every event read is kept, and a collection would traverse them all.
+    with LogStream(path, max_line_bytes=max_line_bytes) as stream, gc_paused():
         events: list[Event] = []
         for batch in stream.batches():
             events.extend(batch)
