@@ -303,3 +303,20 @@ def test_streamed_import_of_runs_stores_the_expanded_events(tmp_path: Path) -> N
             await store.close()
 
     assert asyncio.run(read()) == events
+
+
+@pytest.mark.parametrize("times, members", [
+    ([5, 2**53, 7], ["a", "b", "c"]),   # an unsafe time in the middle
+    ([5, 6, 7], ["a", 3, "c"]),         # a member that is not a string
+])
+def test_a_hand_built_run_outside_the_decoders_checks_is_folded_event_by_event(
+        times: list[Any], members: list[Any]) -> None:
+    """``fold_run`` checks the premises that let it skip building the members: a run
+    the decoder would never make is checked as its events, with ``replay``'s verdict."""
+    from surfacelog.schema.dsh import PackedRun
+
+    start = Event(type="turn/start", seq=0, time=1, data={"turn": 1})
+    run = PackedRun("text-delta", 1, times, 1, 1, 0, members)
+    expected = verdict(lambda: replay([start, *run.events()]))
+    assert expected is not None
+    assert verdict(lambda: fed([start, run], [])) == expected

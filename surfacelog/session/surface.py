@@ -287,7 +287,18 @@ class SurfaceManager:
         decoded as strings): every rule the first passed, they pass. So once the first
         is folded, they are committed as a run of plain log-only events, which never
         touch the nodes. ``log.extend`` is given them lazily (a ``Sequence`` that
-        builds an event when asked)."""
+        builds an event when asked). The reasoning's premises are checked here, not
+        taken from the decoder (a ``PackedRun`` can be built by hand): a run whose
+        times are not all safe integers or whose members are not all strings is
+        folded as its events, one by one."""
+        times, members = run.times, run.members
+        if not (members and len(times) == len(members)
+                and all(type(t) is int for t in times)
+                and min(times) >= -MAX_SAFE_INT and max(times) <= MAX_SAFE_INT
+                and all(type(m) is str for m in members)):
+            events = run.events()
+            self.fold_batch(events, log, shapes.payloads_valid(events))
+            return
         self.fold_batch([run.event(0)], log, [False])
         rest = len(run) - 1
         if rest:
