@@ -3,20 +3,33 @@ packed chunk rows) into a SQLite store, beside merely decompressing it and
 JSON-decoding each of its lines, in the same run, on the same file.
 
     python benchmarks/bench_interop.py [--events 1000000] [--rounds 3] [--quick]
+                                       [--rss-events 250000]
 
 The file is generated first (a valid log: turns of a user message, steps of streamed
 chunks, an assistant message citing them, tool calls and results), written as DSH
 writes it (header frame, then one frame per 1024-event batch, chunk runs packed).
-Each measure runs in its own child process, so that its peak RSS is its own:
+Each measure runs in its own child process, so that its peak RSS is its own, and
+reports wall and CPU time (``getrusage``: all its threads):
 
 - ``decode``: zstd decompression frame by frame + ``msgspec.json.decode`` of every
   line (packed rows stay rows: this is what any reader of the file must do at least);
-- ``read``: ``read_log`` alone (the same, plus packed rows expanded to events);
-- ``import``: ``read_log`` (decompress, decode, expand packed rows to events) +
-  ``import_log`` (validation through the core, one transaction) into a new store.
+- ``read``: ``read_log`` alone (the same, plus packed rows expanded to events, all
+  held in one list);
+- ``validate``: ``LogStream`` + ``LogCheck``: the file streamed and validated
+  through the core (packed rows checked as the events they stand for, not built),
+  nothing stored, nothing held;
+- ``import``: what ``surfacelog import DB FILE`` does: ``LogStream`` +
+  ``import_stream`` (validated and stored block by block, one transaction) into a
+  new store;
+- ``floor``: the insert floor of one row per event: the same rows (encoded
+  beforehand, not timed) inserted with raw ``sqlite3`` into a new file with the
+  store's schema and PRAGMAs (WAL, ``synchronous=FULL``), one transaction, by
+  ``executemany`` and (``multi``) by the store's own 64-row ``INSERT`` statements.
 
-Prints seconds, events/s and peak RSS of each, and the ratio decode/import (target:
->= 0.5, i.e. import at least half as fast as the bare decode).
+Prints seconds, events/s and peak RSS of each, the ratio decode/import (target:
+>= 0.5, i.e. import at least half as fast as the bare decode) in wall and CPU time,
+and import against the insert floor; then the peak RSS of an import of a
+``--rss-events`` file, to show that it does not grow with the file.
 """
 
 from __future__ import annotations
@@ -141,39 +154,109 @@ def phase_decode(path: Path) -> int:
 
 
 def phase_read(path: Path) -> int:
-    """``read_log`` alone: decompress, decode, expand packed rows to events (no
-    validation, no store): where the import's time goes besides validation and SQLite."""
+    """``read_log`` alone: decompress, decode, expand packed rows to events, all held
+    (no validation, no store)."""
     from surfacelog.schema.codec import read_log
 
     return len(read_log(path).events)
 
 
+def phase_validate(path: Path) -> int:
+    """The file streamed (``LogStream``) and validated through the core
+    (``LogCheck``): everything an import does but storing."""
+    from surfacelog.schema.codec import LogStream
+    from surfacelog.session import LogCheck
+
+    check = LogCheck()
+    with LogStream(path, runs=True) as stream:
+        for batch in stream.records():
+            check.feed(batch)
+    return len(check)
+
+
 def phase_import(path: Path, db: Path) -> int:
-    from surfacelog.schema.codec import read_log
-    from surfacelog.store import SqliteEventStore, import_log
+    """What ``surfacelog import DB FILE`` does: streamed, validated and stored block by
+    block in one transaction into a new store."""
+    from surfacelog.schema.codec import LogStream
+    from surfacelog.store import SqliteEventStore, import_stream
 
     async def run() -> int:
-        log = read_log(path)
         store = await SqliteEventStore.open(db, create=True)
         try:
-            await import_log(store, log, path)
+            with LogStream(path, runs=True) as stream:
+                return (await import_stream(store, stream, path)).events
         finally:
             await store.close()
-        return len(log.events)
 
     return asyncio.run(run())
 
 
+def floor_rows(path: Path) -> list[Any]:
+    """The ``events`` rows of the file's events, as the store encodes them."""
+    from surfacelog.schema.codec import LogStream
+    from surfacelog.store.rows import encode_batch
+
+    rows: list[Any] = []
+    with LogStream(path) as stream:
+        for batch in stream.batches():
+            rows.extend(encode_batch("bench", batch).rows)
+    return rows
+
+
+def phase_floor(rows: list[Any], db: Path, how: str) -> None:
+    """Insert ``rows`` with raw ``sqlite3`` into a new file holding the store's schema
+    and PRAGMAs, in one transaction: ``executemany`` or the store's multi-row INSERT."""
+    import sqlite3
+
+    from surfacelog.store.rows import INSERT_EVENTS, insert_rows
+    from surfacelog.store.schema_check import check_or_initialise
+
+    for stale in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+        stale.unlink(missing_ok=True)
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        check_or_initialise(conn, str(db))
+        conn.execute("BEGIN IMMEDIATE")
+        if how == "executemany":
+            conn.executemany(INSERT_EVENTS, rows)
+        else:
+            insert_rows(conn, rows)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process so far, every thread (user + system)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def child(phase: str, path: Path, db: Path) -> dict[str, Any]:
-    start = time.perf_counter()
+    if phase == "floor":
+        rows = floor_rows(path)
+        result: dict[str, Any] = {"phase": phase, "count": len(rows)}
+        for how in ("executemany", "multi"):
+            start, cpu = time.perf_counter(), cpu_seconds()
+            phase_floor(rows, db, how)
+            key = "" if how == "executemany" else "multi_"
+            result[f"{key}seconds"] = time.perf_counter() - start
+            result[f"{key}cpu"] = cpu_seconds() - cpu
+        result["peak_rss"] = peak_rss()
+        return result
+    start, cpu = time.perf_counter(), cpu_seconds()
     if phase == "decode":
         count = phase_decode(path)
     elif phase == "read":
         count = phase_read(path)
+    elif phase == "validate":
+        count = phase_validate(path)
     else:
         count = phase_import(path, db)
-    seconds = time.perf_counter() - start
-    return {"phase": phase, "seconds": seconds, "count": count, "peak_rss": peak_rss()}
+    return {"phase": phase, "seconds": time.perf_counter() - start,
+            "cpu": cpu_seconds() - cpu, "count": count, "peak_rss": peak_rss()}
 
 
 def peak_rss() -> int:
@@ -195,12 +278,19 @@ def run_child(phase: str, path: Path, db: Path) -> dict[str, Any]:
     return result
 
 
+PHASES = ("decode", "read", "validate", "import", "floor")
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="20,000 events, 1 round")
-    parser.add_argument("--phase", choices=["decode", "read", "import"], help=argparse.SUPPRESS)
+    parser.add_argument("--rss-events", type=int, default=250_000,
+                        help="also import a file of this many events once, for its peak "
+                             "RSS (0: skip)")
+    parser.add_argument("--quick", action="store_true",
+                        help="20,000 events, 1 round, RSS at 5,000")
+    parser.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)
     parser.add_argument("--file", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--db", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -208,27 +298,46 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result = child(args.phase, args.file, args.db)
         print(json.dumps(result))
         return result
-    events, rounds = (20_000, 1) if args.quick else (args.events, args.rounds)
+    events, rounds, rss_events = ((20_000, 1, 5_000) if args.quick
+                                  else (args.events, args.rounds, args.rss_events))
     with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp:
         path = Path(tmp) / "session.jsonl.zstd"
         written = write_file(path, events)
         size = path.stat().st_size
         print(f"file: {written:,} events, {size / 1e6:.1f} MB zstd")
         runs = []
-        for k in range(rounds):  # alternate so the machine's load weighs on both alike
+        for k in range(rounds):  # alternate so the machine's load weighs on all alike
             db = Path(tmp) / f"import-{k}.db"
-            decode = run_child("decode", path, db)
-            read = run_child("read", path, db)
-            imported = run_child("import", path, db)
-            ratio = decode["seconds"] / imported["seconds"]
-            runs.append({"decode": decode, "read": read, "import": imported,
-                         "ratio": ratio})
+            run = {phase: run_child(phase, path, db) for phase in PHASES}
+            imported, decode, floor = run["import"], run["decode"], run["floor"]
+            ratios = {"ratio": decode["seconds"] / imported["seconds"],
+                      "ratio_cpu": decode["cpu"] / max(imported["cpu"], 1e-9),
+                      "floor_ratio": floor["seconds"] / imported["seconds"],
+                      "floor_ratio_cpu": floor["cpu"] / max(imported["cpu"], 1e-9)}
+            runs.append({**run, **ratios})
             print(f"round {k + 1}: " + "; ".join(
-                f"{r['phase']} {r['seconds']:.2f} s ({written / r['seconds']:,.0f} "
-                f"events/s, peak RSS {r['peak_rss'] / 1e6:.0f} MB)"
-                for r in (decode, read, imported)) + f"; ratio decode/import {ratio:.3f}")
-            db.unlink()
-    return {"events": written, "bytes": size, "runs": runs}
+                f"{r['phase']} {r['seconds']:.2f} s (cpu {r['cpu']:.2f} s, "
+                f"{written / r['seconds']:,.0f} events/s, peak RSS "
+                f"{r['peak_rss'] / 1e6:.0f} MB)"
+                for r in (decode, run["read"], run["validate"], imported)))
+            print(f"  insert floor: executemany {floor['seconds']:.2f} s (cpu "
+                  f"{floor['cpu']:.2f} s), multi-row {floor['multi_seconds']:.2f} s (cpu "
+                  f"{floor['multi_cpu']:.2f} s)")
+            print(f"  ratio decode/import {ratios['ratio']:.3f} (cpu "
+                  f"{ratios['ratio_cpu']:.3f}); floor/import {ratios['floor_ratio']:.2f} "
+                  f"(cpu {ratios['floor_ratio_cpu']:.2f})")
+            for stale in Path(tmp).glob(f"import-{k}.db*"):
+                stale.unlink()
+        result: dict[str, Any] = {"events": written, "bytes": size, "runs": runs}
+        if rss_events:
+            small = Path(tmp) / "small.jsonl.zstd"
+            small_written = write_file(small, rss_events)
+            again = run_child("import", small, Path(tmp) / "small.db")
+            result["rss"] = {"events": small_written, "peak_rss": again["peak_rss"]}
+            print(f"import of {small_written:,} events: peak RSS "
+                  f"{again['peak_rss'] / 1e6:.0f} MB (of {written:,}: "
+                  f"{runs[-1]['import']['peak_rss'] / 1e6:.0f} MB)")
+    return result
 
 
 if __name__ == "__main__":

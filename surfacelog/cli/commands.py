@@ -7,6 +7,8 @@ import dataclasses
 import signal
 import sqlite3
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from inspect import Parameter, Signature
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_type_hints
@@ -19,7 +21,7 @@ from rich.text import Text
 from surfacelog.cli.outputs import OutputError, check_output, write_atomic
 from surfacelog.cli.render import echo, surface_tree, text
 from surfacelog.cli.runmodel import RunConfig
-from surfacelog.schema.codec import LogFile, encode_json, read_log
+from surfacelog.schema.codec import LogFile, LogStream, encode_json, read_log
 from surfacelog.schema.errors import LineTooLong, LogError, SurfacelogError
 from surfacelog.schema.limits import MAX_LINE_BYTES
 from surfacelog.session import (
@@ -31,9 +33,11 @@ from surfacelog.session import (
 from surfacelog.store import (
     SqliteEventStore,
     StoreError,
+    StreamedImport,
     VerifyFailure,
     export_session,
     import_log,
+    import_stream,
     verify_store,
 )
 from surfacelog.store.dsh_sources import (
@@ -65,9 +69,12 @@ class _Unreadable(SurfacelogError):
     """A file cannot be read, or is not JSONL."""
 
 
-def _read(path: Path, legacy: bool, max_line_bytes: int = MAX_LINE_BYTES) -> LogFile:
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """Reading ``path``: an error that means the file cannot be read or is not JSONL
+    becomes ``_Unreadable`` (exit 2); other ``LogError``s (a bad packed row...) pass."""
     try:
-        log = read_log(path, max_line_bytes=max_line_bytes)
+        yield
     except OSError as exc:
         raise _Unreadable(f"cannot read {path}: {exc.strerror or exc}") from exc
     except LineTooLong as exc:
@@ -78,9 +85,30 @@ def _read(path: Path, legacy: bool, max_line_bytes: int = MAX_LINE_BYTES) -> Log
         if exc.rule == "zstd":
             raise _Unreadable(f"{path} is not a readable zstd session file: {exc}") from exc
         raise
+
+
+def _read(path: Path, legacy: bool, max_line_bytes: int = MAX_LINE_BYTES) -> LogFile:
+    with _reading(path):
+        log = read_log(path, max_line_bytes=max_line_bytes)
     if legacy:
         return LogFile(log.header, upgrade_legacy(log.events))
     return log
+
+
+def _records(path: Path, stream: LogStream) -> Iterator[list[Any]]:
+    """``stream.records()``, its errors translated as ``_read`` translates them."""
+    with _reading(path):
+        yield from stream.records()
+
+
+async def _import_streamed(path: Path, max_line_bytes: int,
+                           store: SqliteEventStore) -> StreamedImport:
+    """``import_stream`` of the file at ``path`` (memory: one block of it), with
+    ``_read``'s errors. Raises ``_Unreadable``, ``LogError``, ``StoreError``."""
+    with _reading(path):
+        stream = LogStream(path, max_line_bytes=max_line_bytes, runs=True)
+    with stream:
+        return await import_stream(store, stream, path, batches=_records(path, stream))
 
 
 class _NotASeq(SurfacelogError):
@@ -370,7 +398,9 @@ def import_(db: DbArg = None,
     id; nothing is ever created on another shard.
 
     Each file is read line by line (``--max-line-bytes``) and stored in one
-    transaction: a file reported "not imported" left nothing stored, and nothing of it
+    transaction, streamed (validated and inserted block by block: memory holds one
+    block, not the file; not with ``--legacy`` or ``--shards``): a file reported "not
+    imported" left nothing stored, and nothing of it
     is written later (a failed commit, e.g. on a full disk, is not retried with the
     next file), so importing it again later stores it.
 
@@ -414,14 +444,39 @@ def import_(db: DbArg = None,
         try:
             return await store_log(label, log, path, store), 0
         except SessionExists as exc:
-            header, events = prepare_import(log, path)
-            if await stored_events(store, header.id) == events:
-                return (f"{label}: already stored as session {header.id} "
-                        f"({len(events)} events)"), 0
-            return (f"{label}: refused (exists): {exc}, with other events "
-                    f"than this file's"), 1
+            return await stored_already(label, log, path, store, exc)
         except LogError as exc:
             return f"{label}: refused ({exc.rule}): {exc}", 1
+
+    async def stored_already(label: str, log: LogFile, path: Path,
+                             store: SqliteEventStore | ShardedStores,
+                             exc: SessionExists) -> tuple[str, int]:
+        """The report of a valid log whose id is stored: already stored when the same
+        events are, else refused."""
+        header, events = prepare_import(log, path)
+        if await stored_events(store, header.id) == events:
+            return (f"{label}: already stored as session {header.id} "
+                    f"({len(events)} events)"), 0
+        return (f"{label}: refused (exists): {exc}, with other events "
+                f"than this file's"), 1
+
+    async def file_resumable(path: Path, store: SqliteEventStore | ShardedStores
+                             ) -> tuple[str, int]:
+        """``store_resumable`` of one session file; into a single SQLite store,
+        streamed (memory: one block of the file; the file is read whole only to
+        compare it with a session already stored under its id). Raises
+        ``_Unreadable``, ``LogError``."""
+        if not isinstance(store, SqliteEventStore):
+            return await store_resumable(str(path), _read(path, False, max_line_bytes),
+                                         path, store)
+        try:
+            done = await _import_streamed(path, max_line_bytes, store)
+        except SessionExists as exc:
+            return await stored_already(str(path), _read(path, False, max_line_bytes),
+                                        path, store, exc)
+        torn = f"; {done.torn}" if done.torn else ""
+        return (f"{path}: imported as session {done.header.id} ({done.events} "
+                f"events{torn})"), 0
 
     async def import_root(root: Path, store: SqliteEventStore | ShardedStores) -> int:
         try:
@@ -435,7 +490,7 @@ def import_(db: DbArg = None,
         status = 0
         for path in found:
             try:
-                log = _read(path, False, max_line_bytes)
+                line, failed = await file_resumable(path, store)
             except _Unreadable as exc:
                 echo(f"{path}: refused (unreadable): {exc}", err=True)
                 status = max(status, 1)
@@ -444,7 +499,6 @@ def import_(db: DbArg = None,
                 echo(f"{path}: refused ({exc.rule}): {exc}", err=True)
                 status = max(status, 1)
                 continue
-            line, failed = await store_resumable(str(path), log, path, store)
             echo(line, err=bool(failed))
             status = max(status, failed)
         echo(f"{root}: {len(found)} DSH session file(s)")
@@ -474,6 +528,12 @@ def import_(db: DbArg = None,
         return status
 
     async def store_one(path: Path, store: SqliteEventStore | ShardedStores) -> str:
+        if isinstance(store, SqliteEventStore) and not legacy:
+            # Streamed: read, validated and stored block by block in one transaction.
+            done = await _import_streamed(path, max_line_bytes, store)
+            torn = f"; {done.torn}" if done.torn else ""
+            return (f"{path}: imported as session {done.header.id} ({done.events} "
+                    f"events{torn})")
         log = _read(path, legacy, max_line_bytes)
         return await store_log(str(path), log, path, store)
 

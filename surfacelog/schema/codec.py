@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO, Final, TypeAlias, cast
 
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
 from surfacelog.schema.dsh import (
     ZSTD_MAGIC,
+    PackedRun,
     ReadNotes,
+    decode_packed_row,
     expand_packed_row,
     is_packed_row,
     zstd_lines,
@@ -205,6 +207,23 @@ def _line_events(n: int, line: bytes, unit: str, notes: ReadNotes) -> list[Event
     return [event]
 
 
+Record: TypeAlias = "Event | PackedRun"
+"""What ``LogStream.records()`` yields: an event, or a packed row not expanded."""
+
+
+def _line_records(n: int, line: bytes, unit: str, notes: ReadNotes) -> list[Record]:
+    """``_line_events``, except that a packed row stays one ``PackedRun`` (the same
+    checks, the same errors: expanding a row only builds what the run describes)."""
+    try:
+        if is_packed_row(line):
+            run = decode_packed_row(line, f"{unit} {n}")
+            notes.packed_rows += 1
+            return [run]
+    except RecursionError as exc:  # msgspec's own limit, far past ours
+        raise nesting_error(None, None, prefix=f"{unit} {n}: ") from exc
+    return list(_line_events(n, line, unit, notes))
+
+
 def _may_hold_minus_zero(event: Event) -> bool:
     """Whether an integer of the envelope is ``0`` (which the strict decoder also reads
     from ``-0``, where the per-line path reads ``-0.0`` for the rules to refuse)."""
@@ -242,23 +261,53 @@ def _bulk_events(lines: list[bytes]) -> list[Event] | None:
         return None
 
 
-def _decode_block(block: list[tuple[int, bytes]], unit: str, notes: ReadNotes,
-                  events: list[Event]) -> None:
-    """Append the events of ``block`` (physical lines after the first non-blank one) to
-    ``events``: in bulk when every line is an ordinary event line, else line by line.
-    Either way the same events, and the same first error."""
+_BATCH_EVENTS: Final = 16_384
+"""Events per list ``_block_batches`` yields on the per-line path (a block of packed rows
+expands to up to 4,096 x 1,024 events: this keeps one list to about a block's worth)."""
+
+
+def _block_batches(block: list[tuple[int, bytes]], unit: str, notes: ReadNotes,
+                   runs: bool) -> Iterator[list[Record]]:
+    """The events of ``block`` (physical lines after the first non-blank one), in lists
+    of at most about ``_BATCH_EVENTS`` events: in bulk when every line is an ordinary
+    event line, else line by line. Either way the same events, and the same first
+    error. ``runs``: a packed row is yielded as its ``PackedRun`` (counting its
+    members), else expanded. The collector is paused while decoding (thousands of
+    fresh acyclic containers), never across a ``yield``."""
     if not block:
         return
     lines = [line for _, line in block]
-    bulk = _bulk_events(lines)
-    if bulk is None:
-        for n, line in block:
-            if line.strip():
-                events.extend(_line_events(n, line, unit, notes))
+    with gc_paused():
+        bulk = _bulk_events(lines)
+        if bulk is not None:
+            _redo_suspects(bulk, block, lines, unit, notes)
+    if bulk is not None:
+        yield cast(list[Record], bulk)
         return
-    # The lines the per-line path reads differently: data possibly nested too deep,
-    # and ``-0`` where the envelope holds a 0. Every other line decoded as it would
-    # alone, so the first error of the block is the first of these to fail.
+    one_line = _line_records if runs else _line_events
+    k, total = 0, len(block)
+    while k < total:
+        out: list[Record] = []
+        size = 0
+        with gc_paused():
+            while k < total and size < _BATCH_EVENTS:
+                n, line = block[k]
+                k += 1
+                if line.strip():
+                    got = one_line(n, line, unit, notes)
+                    out.extend(got)
+                    first = got[0]  # a packed row's run alone, or the line's events
+                    size += len(first) if isinstance(first, PackedRun) else len(got)
+        if out:
+            yield out
+
+
+def _redo_suspects(bulk: list[Event], block: list[tuple[int, bytes]], lines: list[bytes],
+                   unit: str, notes: ReadNotes) -> None:
+    """Decode again, on the per-line path, the lines that path reads differently from
+    the bulk one: data possibly nested too deep, and ``-0`` where the envelope holds a
+    0. Every other line decoded as it would alone, so the first error of the block is
+    the first of these to fail."""
     again = [k for k, line in enumerate(lines)
              if line.count(b"[") + line.count(b"{") > MAX_NESTING]
     if any(b"-0" in line for line in lines):
@@ -268,7 +317,6 @@ def _decode_block(block: list[tuple[int, bytes]], unit: str, notes: ReadNotes,
     for k in again:
         n, line = block[k]
         (bulk[k],) = _line_events(n, line, unit, notes)
-    events.extend(bulk)
 
 
 def decode_records(numbered: Iterable[tuple[int, bytes]], notes: ReadNotes | None = None,
@@ -301,21 +349,42 @@ def _decode_blocks(blocks: Iterable[list[tuple[int, bytes]]], notes: ReadNotes |
                    unit: str) -> LogFile:
     """``decode_records`` of the numbered lines in ``blocks`` (in order)."""
     notes = ReadNotes() if notes is None else notes
-    header: SessionHeader | None = None
-    events: list[Event] = []
-    first = True
-    with gc_paused():  # thousands of fresh acyclic containers per block
-        for block in blocks:
-            if first:
-                k = next((k for k, (_, line) in enumerate(block) if line.strip()), None)
-                if k is None:
-                    continue
-                first = False
-                n, line = block[k]
-                header = _first_line(n, line, unit, notes, events)
-                block = block[k + 1:]
-            _decode_block(block, unit, notes, events)
+    with gc_paused():  # as in ``read_log``: every event is kept
+        stream = _event_blocks(blocks, notes, unit, runs=False)
+        header = next(stream)
+        assert not isinstance(header, list)
+        events: list[Event] = []
+        for batch in stream:
+            assert isinstance(batch, list)
+            events.extend(cast(list[Event], batch))
     return LogFile(header, events, notes.torn, notes.packed_rows)
+
+
+def _event_blocks(blocks: Iterable[list[tuple[int, bytes]]], notes: ReadNotes,
+                  unit: str, *, runs: bool) -> Generator[SessionHeader | list[Record] | None]:
+    """The header of the numbered lines in ``blocks`` (``None`` when the first
+    non-blank line is an event), then their events in lists of at most a block's
+    worth (``_block_batches``; packed rows expanded, or with ``runs`` kept as
+    ``PackedRun``s): the streamed form of ``_decode_blocks``, with the same errors in
+    the same order."""
+    first = True
+    for block in blocks:
+        if first:
+            k = next((k for k, (_, line) in enumerate(block) if line.strip()), None)
+            if k is None:
+                continue
+            first = False
+            n, line = block[k]
+            head: list[Event] = []
+            with gc_paused():
+                header = _first_line(n, line, unit, notes, head)
+            yield header
+            if head:
+                yield cast(list[Record], head)
+            block = block[k + 1:]
+        yield from _block_batches(block, unit, notes, runs)
+    if first:
+        yield None
 
 
 def _first_line(n: int, line: bytes, unit: str, notes: ReadNotes,
@@ -420,7 +489,8 @@ def _parses(line: bytes) -> bool:
 def read_log(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> LogFile:
     """Read a session log file, streamed: memory holds one block of lines (1 MiB of a
     regular file, or one line of at most ``max_line_bytes`` bytes, newline excluded) —
-    one zstd frame's lines for a zstd file — besides the decoded events.
+    one zstd frame's lines for a zstd file — besides the decoded events
+    (``LogStream`` reads the same file without holding its events).
 
     Every DSH JSONL encoding is read: plain lines, or (a file starting with the zstd
     magic) a concatenation of zstd frames (``dsh.zstd_lines``); packed chunk rows are
@@ -434,19 +504,93 @@ def read_log(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> LogFi
     ``zstd`` naming the file, frame and byte offset of a corrupt frame; rule
     ``packed-row`` naming the line of a malformed packed row), ``InvalidArgument`` for
     a limit below 1."""
-    if max_line_bytes < 1:
-        raise InvalidArgument(f"max_line_bytes must be >= 1, got {max_line_bytes}")
-    notes = ReadNotes()
-    with Path(path).open("rb") as handle:
+    # The collector stays paused for the whole read, not per block as ``LogStream``
+    # pauses it: every event read is kept, and a collection would traverse them all.
+    with LogStream(path, max_line_bytes=max_line_bytes) as stream, gc_paused():
+        events: list[Event] = []
+        for batch in stream.batches():
+            events.extend(batch)
+        return LogFile(stream.header, events, stream.notes.torn, stream.notes.packed_rows)
+
+
+class LogStream:
+    """A session log file read as ``read_log`` reads it, without holding its events:
+    the header is read on opening, then ``batches()`` yields the events in file order,
+    one block of lines at a time (at most 4,096 lines; a packed row counts as one line
+    and yields every event it stands for), so memory holds one block. ``notes`` says,
+    once ``batches()`` is exhausted, what ``LogFile.torn`` and ``LogFile.packed_rows``
+    would. The errors are ``read_log``'s, in the same order (the first bad line of the
+    file, wherever it is), raised by the constructor for the first block and by
+    ``batches()`` for the rest. Close it (or use it as a context manager).
+
+    Raises ``OSError``, ``DecodeError``, ``InvalidArgument`` as ``read_log`` does."""
+
+    def __init__(self, path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES,
+                 runs: bool = False) -> None:
+        if max_line_bytes < 1:
+            raise InvalidArgument(f"max_line_bytes must be >= 1, got {max_line_bytes}")
+        self.path = path
+        self.notes = ReadNotes()
+        self.runs = runs
+        self._handle = Path(path).open("rb")  # noqa: SIM115 (closed by close())
+        try:
+            self._stream = self._open(max_line_bytes)
+            first = next(self._stream)
+        except BaseException:
+            self._handle.close()
+            raise
+        assert not isinstance(first, list)
+        self.header: SessionHeader | None = first
+
+    def _open(self, max_line_bytes: int) -> Generator[SessionHeader | list[Record] | None]:
+        handle, path, notes, runs = self._handle, self.path, self.notes, self.runs
         if handle.peek(len(ZSTD_MAGIC))[:len(ZSTD_MAGIC)] == ZSTD_MAGIC:
-            try:
-                return decode_records(zstd_lines(handle, max_line_bytes, notes), notes)
-            except DecodeError as exc:
-                raise exc.with_prefix(f"{path}: ") from exc
+            return _prefixed(_event_blocks(_blocks(zstd_lines(handle, max_line_bytes, notes)),
+                                           notes, "line", runs=runs), f"{path}: ")
         if stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return _decode_blocks(_file_blocks(handle, path, max_line_bytes, notes), notes,
-                                  "line")
-        return decode_records(_file_lines(handle, path, max_line_bytes, notes), notes)
+            return _event_blocks(_file_blocks(handle, path, max_line_bytes, notes), notes,
+                                 "line", runs=runs)
+        return _event_blocks(_blocks(_file_lines(handle, path, max_line_bytes, notes)),
+                             notes, "line", runs=runs)
+
+    def batches(self) -> Iterator[list[Event]]:
+        """The events after the header, a block at a time (each list is the caller's).
+        Raises ``InvalidArgument`` on a stream opened with ``runs``."""
+        if self.runs:
+            raise InvalidArgument("this LogStream keeps packed rows: read records()")
+        for batch in self._stream:
+            assert isinstance(batch, list)
+            yield cast(list[Event], batch)
+
+    def records(self) -> Iterator[list[Record]]:
+        """With ``runs``: the records after the header, a block at a time, each an event
+        or a packed row as its ``PackedRun`` (not expanded: what an import that checks
+        and stores a run as a whole reads). Raises ``InvalidArgument`` on a stream
+        opened without ``runs``."""
+        if not self.runs:
+            raise InvalidArgument("this LogStream expands packed rows: read batches()")
+        for batch in self._stream:
+            assert isinstance(batch, list)
+            yield batch
+
+    def close(self) -> None:
+        self._stream.close()
+        self._handle.close()
+
+    def __enter__(self) -> LogStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _prefixed(items: Iterator[SessionHeader | list[Record] | None],
+              prefix: str) -> Generator[SessionHeader | list[Record] | None]:
+    """``items``, every ``DecodeError`` they raise prefixed with ``prefix``."""
+    try:
+        yield from items
+    except DecodeError as exc:
+        raise exc.with_prefix(prefix) from exc
 
 
 def encode_log(header: SessionHeader | None, events: Iterable[Event]) -> bytes:

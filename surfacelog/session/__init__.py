@@ -36,6 +36,7 @@ from surfacelog.session.compaction_policy import (
 from surfacelog.session.derive import MessagesView, derive_from_nodes, project
 from surfacelog.session.fork import ForkError, fork
 from surfacelog.session.legacy import derive_messages_linear, upgrade_legacy
+from surfacelog.session.logcheck import LogCheck
 from surfacelog.session.repair import interrupted_turn_closers
 from surfacelog.session.session import (
     END_SEED,
@@ -68,6 +69,7 @@ __all__ = [
     "CompactionRequest",
     "FoldResult",
     "ForkError",
+    "LogCheck",
     "LogError",
     "MessagesView",
     "PruneRequest",

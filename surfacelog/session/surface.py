@@ -9,10 +9,11 @@ the last synchronisation, reusing the plan already made for a just-checked candi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, overload
 
 from msgspec import UNSET, Struct
 
+from surfacelog.schema.dsh import PackedRun
 from surfacelog.schema.errors import SurfaceError
 from surfacelog.schema.events import EVENT_TYPES, MAX_SAFE_INT, Event
 from surfacelog.session import shapes
@@ -75,6 +76,24 @@ def _plain_envelope(event: Event, seq: int) -> bool:
 """The undo entry of an event that is not a surface node (nothing to undo)."""
 
 
+class EventLookup(Protocol):
+    """What the checks read of the events already folded: the event at a seq (only
+    ever a current surface node: rule 6.6 compares a rewrite with the tool/result it
+    shadows). A ``list[Event]`` log is one; so is ``logcheck``'s node index."""
+
+    def __getitem__(self, seq: int, /) -> Event: ...
+
+
+class FoldLog(EventLookup, Protocol):
+    """The log ``fold_batch`` appends to: ``extend`` is only ever given events that are
+    not surface events (runs of plain log-only events), ``append`` any other checked
+    event."""
+
+    def append(self, event: Event, /) -> None: ...
+
+    def extend(self, events: Sequence[Event], /) -> None: ...
+
+
 class SurfaceManager:
     """Owns the ordered node list of one session."""
 
@@ -123,7 +142,7 @@ class SurfaceManager:
 
     # -- checking ----------------------------------------------------------------------
 
-    def plan(self, event: Event, log: Sequence[Event], *,
+    def plan(self, event: Event, log: EventLookup, *,
              payload_checked: bool = False) -> SurfacePlan:
         """Check ``event`` as the next event after ``log[:synced]``; change nothing.
 
@@ -224,7 +243,7 @@ class SurfaceManager:
                 self.apply(self.plan(event, log))
         return len(log) - start
 
-    def fold_batch(self, events: Sequence[Event], log: list[Event],
+    def fold_batch(self, events: Sequence[Event], log: FoldLog,
                    checked: Sequence[bool]) -> None:
         """Check and commit ``events`` one after another, appending each to ``log``
         (which must be the log this manager folded, ``synced`` events long). The same
@@ -256,6 +275,38 @@ class SurfaceManager:
                 self.apply(plan)
                 k += 1
 
+    def fold_run(self, run: PackedRun, log: FoldLog) -> None:
+        """Check and commit the events of a packed chunk row without building each:
+        the same checks, with the same result, as ``fold_batch(run.events(), ...)``.
+
+        Its first member is built and folded as any event (every check; it raises
+        what that event breaks). The others differ from it only in their seq (the next
+        one each: contiguous), their time (a safe integer each: ``PackedRun``'s
+        invariant, checked when the row was decoded) and one string leaf of the
+        chunk, where the payload rules ask only for a string (the row's members are
+        decoded as strings): every rule the first passed, they pass. So once the first
+        is folded, they are committed as a run of plain log-only events, which never
+        touch the nodes. ``log.extend`` is given them lazily (a ``Sequence`` that
+        builds an event when asked). The reasoning's premises are checked here, not
+        taken from the decoder (a ``PackedRun`` can be built by hand): a run whose
+        times are not all safe integers or whose members are not all strings is
+        folded as its events, one by one."""
+        times, members = run.times, run.members
+        if not (members and len(times) == len(members)
+                and all(type(t) is int for t in times)
+                and min(times) >= -MAX_SAFE_INT and max(times) <= MAX_SAFE_INT
+                and all(type(m) is str for m in members)):
+            events = run.events()
+            self.fold_batch(events, log, shapes.payloads_valid(events))
+            return
+        self.fold_batch([run.event(0)], log, [False])
+        rest = len(run) - 1
+        if rest:
+            log.extend(_RunTail(run))
+            self._synced += rest
+            if self._undo is not None:
+                self._undo.extend([_NOT_A_NODE] * rest)
+
     # -- all-or-nothing batches ----------------------------------------------------------
 
     def begin(self) -> None:
@@ -282,6 +333,35 @@ class SurfaceManager:
         self._planned = self._planned_event = None
 
 
+class _RunTail(Sequence[Event]):
+    """A packed run's members after the first, as a lazy sequence of events."""
+
+    __slots__ = ("_run",)
+
+    def __init__(self, run: PackedRun) -> None:
+        self._run = run
+
+    def __len__(self) -> int:
+        return len(self._run) - 1
+
+    @overload
+    def __getitem__(self, k: int) -> Event: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> Sequence[Event]: ...
+
+    def __getitem__(self, k: int | slice) -> Event | Sequence[Event]:
+        if isinstance(k, slice):
+            return self._run.events()[1:][k]
+        if not -len(self) <= k < len(self):
+            raise IndexError(k)
+        return self._run.event(k % len(self) + 1)
+
+
+_NONE: Any = object()
+"""No offender (``_check_provenance``)."""
+
+
 def _check_provenance(event: Event) -> None:
     seqs = event.source_event_seqs
     if seqs is UNSET:
@@ -295,14 +375,17 @@ def _check_provenance(event: Event) -> None:
         raise fail("must be an array")
     if not seqs and etype != "assistant/message":
         raise fail("must not be empty except on assistant/message")
-    for s in seqs:
-        if not shapes.is_seq(s):
-            raise fail(f"must densely contain non-negative safe integers; got {s!r}")
+    # The first offender of each rule, as a loop with a call per seq would find it:
+    # an assistant message cites every chunk of its step, so these run over many seqs.
+    bad = next((s for s in seqs if type(s) is not int or not 0 <= s <= MAX_SAFE_INT),
+               _NONE)
+    if bad is not _NONE:
+        raise fail(f"must densely contain non-negative safe integers; got {bad!r}")
     if len(set(seqs)) != len(seqs):
         raise fail("must not contain duplicates")
-    for s in seqs:
-        if s >= seq:
-            raise fail(f"must reference earlier events: {s} >= current seq {seq}")
+    if seqs and max(seqs) >= seq:
+        late = next(s for s in seqs if s >= seq)
+        raise fail(f"must reference earlier events: {late} >= current seq {seq}")
 
 
 def _check_coverage(event: Event, shadowed: list[int]) -> None:
@@ -328,7 +411,7 @@ def _without_block_content(data: Any) -> Any:
     return {**data, "message": message}
 
 
-def _check_rewrite(event: Event, shadowed: list[int], log: Sequence[Event]) -> None:
+def _check_rewrite(event: Event, shadowed: list[int], log: EventLookup) -> None:
     def fail(detail: str) -> SurfaceError:
         return SurfaceError("tool-result-rewrite",
                             f"tool/result surface replacement {detail}", event.type, event.seq)

@@ -21,7 +21,7 @@ from surfacelog.store.base import (
     VersionRefused,
     WriterFenced,
 )
-from surfacelog.store.jsonl import export_session, import_log
+from surfacelog.store.jsonl import StreamedImport, export_session, import_log, import_stream
 from surfacelog.store.schema_check import APPLICATION_ID, SCHEMA_VERSION
 from surfacelog.store.sqlite import SqliteEventStore, sqlite_backend
 from surfacelog.store.verify import VerifyFailure, verify_store
@@ -46,6 +46,7 @@ __all__ = [
     "SessionPage",
     "SqliteEventStore",
     "StoreError",
+    "StreamedImport",
     "Unsupported",
     "VerifyFailure",
     "VersionRefused",
@@ -53,6 +54,7 @@ __all__ = [
     "WriterStats",
     "export_session",
     "import_log",
+    "import_stream",
     "sqlite_backend",
     "verify_store",
 ]

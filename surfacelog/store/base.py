@@ -14,11 +14,12 @@ nothing about surface rules itself: activation and ``load`` hand the events to t
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, final
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast, final
 
 from msgspec import Struct
 
+from surfacelog.schema.dsh import PackedRun
 from surfacelog.schema.errors import InvalidArgument
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader, check_header
@@ -222,6 +223,29 @@ class EventStore(abc.ABC):
             raise SeqMismatch(f"session {header.id!r}: initial events start at seq "
                               f"{batch.start}, expected 0")
         return await self.create_stored(header, batch)
+
+    async def create_streamed(self, header: SessionHeader,
+                              batches: Iterable[Sequence[Event | PackedRun]]) -> int:
+        """Store a new session whose events (from seq 0, contiguous; not validated here)
+        come in ``batches``, all or nothing, and return how many were stored. Every
+        batch is consumed before anything is refused for the store's reasons, so an
+        error raised by ``batches`` itself (an import's reading or validation) always
+        wins: it is raised, and nothing is stored. Then ``SessionExists`` when the id is
+        taken (nothing stored), ``SeqMismatch``, ``BadEvent``, ``StoreError``.
+
+        A batch may hold a packed row's ``PackedRun`` for its events. This default
+        collects the batches (runs expanded) and calls ``create``: memory holds the
+        whole log. A backend that can keep one transaction open across batches (SQLite)
+        overrides it so that memory holds one batch."""
+        events: list[Event] = []
+        for batch in batches:
+            for item in batch:
+                if type(item) is PackedRun:
+                    events.extend(item.events())
+                else:
+                    events.append(cast(Event, item))
+        await self.create(header, events)
+        return len(events)
 
     @final
     async def append(self, session_id: str, events: Sequence[Event], *, epoch: int,

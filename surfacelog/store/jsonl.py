@@ -3,15 +3,20 @@ line ``{"type":"session",...}`` then one event per line."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
-from surfacelog.schema.codec import LogFile, encode_log
-from surfacelog.schema.dsh import encode_dsh
-from surfacelog.schema.errors import InvalidArgument
+from msgspec import Struct
+
+from surfacelog.schema.codec import LogFile, LogStream, encode_log
+from surfacelog.schema.dsh import PackedRun, encode_dsh
+from surfacelog.schema.errors import InvalidArgument, LogError
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
 from surfacelog.session import now_ms, replay, upgrade_legacy
+from surfacelog.session.logcheck import LogCheck
 from surfacelog.store.base import EventStore
 
 ExportFormat = Literal["jsonl", "dsh"]
@@ -39,9 +44,14 @@ def header_for(log: LogFile, source: Path) -> SessionHeader:
     """The header of an imported log: its own header line, or (for a log without one)
     a header whose id is the file's stem and whose ``createdAt`` is the first event's
     time (now for an empty log)."""
-    if log.header is not None:
-        return log.header
-    created = log.events[0].time if log.events else now_ms()
+    return _header(log.header, log.events[0] if log.events else None, source)
+
+
+def _header(header: SessionHeader | None, first: Event | None,
+            source: Path) -> SessionHeader:
+    if header is not None:
+        return header
+    created = first.time if first is not None else now_ms()
     if type(created) is not int:
         created = now_ms()
     return SessionHeader(version=SESSION_FORMAT_VERSION, id=source.stem, created_at=created)
@@ -58,6 +68,30 @@ def prepare_import(log: LogFile, source: Path, *,
     return header, events
 
 
+_IMPORT_BATCH = 65_536
+"""Events per batch when an import of a log already in memory is validated and stored."""
+
+
+def _validated(batches: Iterable[Sequence[Event | PackedRun]], check: LogCheck
+               ) -> Iterator[Sequence[Event | PackedRun]]:
+    """``batches``, each once ``check`` found it valid. At the first invalid event the
+    rest is still read (not checked, not yielded) so that a reading error anywhere in
+    the file wins, as when the whole file was read before validation; then the
+    validation error is raised."""
+    failed: LogError | None = None
+    for batch in batches:
+        if failed is not None:
+            continue
+        try:
+            check.feed(batch)
+        except LogError as exc:
+            failed = exc
+            continue
+        yield batch
+    if failed is not None:
+        raise failed
+
+
 async def import_log(store: EventStore, log: LogFile, source: Path, *,
                      legacy: bool = False) -> SessionHeader:
     """Validate ``log`` through the core and store it as a new session, events exactly
@@ -66,6 +100,48 @@ async def import_log(store: EventStore, log: LogFile, source: Path, *,
 
     Raises ``surfacelog.schema.LogError`` for an invalid log (nothing stored),
     ``SessionExists``, ``StoreError``."""
-    header, events = prepare_import(log, source, legacy=legacy)
-    await store.create(header, events)
+    events = upgrade_legacy(log.events) if legacy else log.events
+    header = _header(log.header, events[0] if events else None, source)
+    batches = (events[k:k + _IMPORT_BATCH] for k in range(0, len(events), _IMPORT_BATCH))
+    await store.create_streamed(header, _validated(batches, LogCheck()))
     return header
+
+
+class StreamedImport(Struct, frozen=True):
+    """What ``import_stream`` stored: the header, the number of events, and the torn
+    tail the reader dropped (``None``: none)."""
+
+    header: SessionHeader
+    events: int
+    torn: str | None
+
+
+async def import_stream(store: EventStore, stream: LogStream, source: Path, *,
+                        batches: Iterable[Sequence[Event | PackedRun]] | None = None
+                        ) -> StreamedImport:
+    """``import_log`` of the file ``stream`` reads, without holding its events: each
+    block is validated through the core (``LogCheck``, the checks of ``replay``) and
+    stored as it is read, in one transaction (SQLite; see ``create_streamed``), so a
+    refused file leaves nothing stored. A stream opened with ``runs`` hands packed
+    rows over unexpanded: checked and stored as the events they stand for, without
+    building each. The errors are ``import_log``'s after ``read_log``'s, in the same
+    order: the file's first reading error wherever it is, else its first invalid
+    event, else the header, else ``SessionExists``. ``batches``: the stream's
+    ``records()`` (or ``batches()``) as the caller wraps it (to translate its errors),
+    by default the stream's own.
+
+    Raises ``surfacelog.schema.LogError`` (``DecodeError`` for a bad line), ``OSError``,
+    ``SessionExists``, ``StoreError``."""
+    if batches is None:
+        batches = stream.records() if stream.runs else stream.batches()
+    items = iter(batches)
+    first: Sequence[Event | PackedRun] | None = None
+    if stream.header is None:  # the id is the file's, the time the first event's
+        first = next(items, None)
+    head = first[0] if first else None
+    header = _header(stream.header, head.event(0) if type(head) is PackedRun
+                     else cast("Event | None", head), source)
+    if first is not None:
+        items = chain([first], items)
+    stored = await store.create_streamed(header, _validated(items, LogCheck()))
+    return StreamedImport(header, stored, stream.notes.torn)

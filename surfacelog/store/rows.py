@@ -22,6 +22,7 @@ import msgspec
 from msgspec import UNSET
 
 from surfacelog.schema.codec import JSON_DECODER, JSON_ENCODER
+from surfacelog.schema.dsh import PackedRun
 from surfacelog.schema.errors import InvalidArgument
 from surfacelog.schema.events import Event, ReplaceOp
 from surfacelog.schema.limits import (
@@ -171,6 +172,66 @@ def encode_batch(session_id: str, events: Sequence[Event]) -> EncodedBatch:
         raise BadEvent(f"session {session_id!r}: a sourceEventSeqs or surfaceOp of the "
                        f"batch starting at seq {start} is not JSON: {exc}") from exc
     return EncodedBatch(start, rows, events[-1].time)
+
+
+def run_rows(session_id: str, run: PackedRun) -> list[Row]:
+    """The rows of a packed row's events, built from the run without building its
+    events: the same rows, byte for byte, as ``encode_batch(session_id,
+    run.events()).rows`` (each ``data`` is the JSON msgspec writes for the event's data
+    dict: its shared head, the member's JSON string, the closing braces; JSON strings
+    never hold a raw newline, so ``encode_lines`` encodes every member in one call)."""
+    enc = JSON_ENCODER.encode
+    head = (b'{"turn":' + enc(run.turn) + b',"step":' + enc(run.step)
+            + b',"chunk":{"type":' + enc(run.kind) + b',"index":' + enc(run.index))
+    if run.call_id is not None:
+        head += b',"id":' + enc(run.call_id)
+        if run.name is not UNSET:
+            head += b',"name":' + enc(run.name)
+        head += b',"argumentsDelta":'
+    else:
+        head += b',"text":'
+    prefix = head.decode()
+    members = JSON_ENCODER.encode_lines(run.members)[:-1].decode().split("\n")
+    seq0 = run.seq0
+    return [(session_id, seq, "assistant/chunk", time, f"{prefix}{member}}}}}", None, None,
+             None)
+            for seq, time, member in zip(range(seq0, seq0 + len(members)), run.times,
+                                         members, strict=True)]
+
+
+def encode_records(session_id: str, records: Sequence[Event | PackedRun]) -> EncodedBatch:
+    """``encode_batch`` of the events ``records`` stand for (a ``PackedRun`` for the
+    events of its row, encoded by ``run_rows``). Raises as ``encode_batch`` does."""
+    if not any(type(r) is PackedRun for r in records):
+        return encode_batch(session_id, cast(Sequence[Event], records))
+    rows: list[Row] = []
+    start: int | None = None
+    last_time: int | None = None
+    pending: list[Event] = []
+
+    def add(piece: EncodedBatch) -> None:
+        nonlocal start, last_time
+        if start is None:
+            start = piece.start
+        elif piece.start != start + len(rows):
+            raise SeqMismatch(f"session {session_id!r}: batch seqs are not contiguous: seq "
+                              f"{piece.start!r} at position {len(rows)}, expected "
+                              f"{start + len(rows)}")
+        rows.extend(piece.rows)
+        last_time = piece.last_time
+
+    for record in records:
+        if type(record) is PackedRun:
+            if pending:
+                add(encode_batch(session_id, pending))
+                pending = []
+            add(EncodedBatch(record.seq0, run_rows(session_id, record), record.times[-1]))
+        else:
+            pending.append(cast(Event, record))
+    if pending:
+        add(encode_batch(session_id, pending))
+    assert start is not None
+    return EncodedBatch(start, rows, last_time)
 
 
 def _op(text: str) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
@@ -12,19 +12,30 @@ from typing import Any, Final, Literal, TypeVar
 import msgspec
 
 from surfacelog.schema.codec import JSON_ENCODER
+from surfacelog.schema.dsh import PackedRun
 from surfacelog.schema.errors import DecodeError, InvalidArgument
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader, check_header, header_to_json
+from surfacelog.session.gcpause import gc_paused
 from surfacelog.store import sqlite_scoped as scoped_sql
 from surfacelog.store.base import EventStore, SessionInfo
 from surfacelog.store.connection import ConnectionThread
 from surfacelog.store.errors import (
     DatabaseNotFound,
+    SeqMismatch,
     SessionDeleted,
+    SessionExists,
     SessionNotFound,
     StoreError,
 )
-from surfacelog.store.rows import NO_ROWS, SELECT_EVENTS, EncodedBatch, encode_batch
+from surfacelog.store.rows import (
+    NO_ROWS,
+    SELECT_EVENTS,
+    EncodedBatch,
+    encode_batch,
+    encode_records,
+    insert_rows,
+)
 from surfacelog.store.schema_check import check_or_initialise, classify, inspect_file, read_shape
 from surfacelog.store.scoped import (
     ScopedSession,
@@ -87,11 +98,65 @@ def _read_session(session_id: str, since_seq: int, limit: int, bump: bool,
     return scoped_sql.in_transaction(conn, "BEGIN IMMEDIATE" if bump else "BEGIN", work)
 
 
+_CREATE_SESSION: Final = (
+    "INSERT INTO sessions (id, header, created_at, writer_epoch, next_seq, last_time)"
+    " VALUES (?, ?, ?, 1, ?, ?)"
+)
+
+
+def _create_streamed(header: SessionHeader, header_json: str,
+                     batches: Iterable[Sequence[Event | PackedRun]],
+                     conn: sqlite3.Connection) -> int:
+    """``SqliteEventStore.create_streamed`` on the connection thread: one ``BEGIN
+    IMMEDIATE`` transaction holding every batch's rows, then the ``sessions`` row,
+    committed once; rolled back on any error, so nothing of the session is stored
+    unless all of it is. The batches are consumed to the end even when the id is
+    taken, so that their own errors win over ``SessionExists``."""
+    sid = header.id
+    if conn.in_transaction:  # a ROLLBACK of an earlier failed group failed too
+        conn.execute("ROLLBACK")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        exists = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone()
+        stored, last_time = 0, None
+        for batch in batches:
+            if exists is not None or not batch:
+                continue
+            with gc_paused():  # a batch's worth of fresh acyclic row tuples
+                encoded = encode_records(sid, batch)
+                if encoded.start != stored:
+                    raise SeqMismatch(f"session {sid!r}: batch starts at seq "
+                                      f"{encoded.start}, expected {stored}; nothing "
+                                      f"written")
+                insert_rows(conn, encoded.rows)
+            stored += len(encoded.rows)
+            last_time = encoded.last_time
+        if exists is not None:
+            raise SessionExists(f"session {sid!r} is already stored")
+        conn.execute(_CREATE_SESSION, (sid, header_json, header.created_at, stored,
+                                       last_time))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return stored
+
+
 def _list_sessions(conn: sqlite3.Connection) -> list[SessionInfo]:
     rows = conn.execute("SELECT id, created_at, next_seq, last_time, writer_epoch"
                         " FROM sessions WHERE NOT EXISTS (SELECT 1 FROM tombstones AS t"
                         " WHERE t.session_id = id) ORDER BY id").fetchall()
     return [SessionInfo(*row) for row in rows]
+
+
+def _checked_at_end(header: SessionHeader, batches: Iterable[Sequence[Event | PackedRun]]
+                    ) -> Iterable[Sequence[Event | PackedRun]]:
+    """``batches``, then ``check_header(header)``: a header this build cannot store is
+    refused after the batches' own errors, in the order ``create`` after a validation
+    of the whole log reported them."""
+    yield from batches
+    check_header(header)
 
 
 # -- the store -------------------------------------------------------------------------
@@ -214,6 +279,23 @@ class SqliteEventStore(EventStore):
         assert waiter is not None
         await waiter
         return 1
+
+    async def create_streamed(self, header: SessionHeader,
+                              batches: Iterable[Sequence[Event | PackedRun]]) -> int:
+        """``EventStore.create_streamed`` in one transaction kept open across the
+        batches (each encoded and inserted as it comes, so memory holds one batch), run
+        as one unit of work on the connection thread: ``batches`` is iterated there,
+        and the store serves nothing else until the session is committed or rolled
+        back. Batches queued before it are committed first. The header is checked
+        (``check_header``) once every batch is consumed. Raises ``SessionExists``,
+        ``SeqMismatch``, ``BadEvent``, ``surfacelog.schema.DecodeError`` (the header),
+        ``StoreError``, and whatever ``batches`` raises."""
+        self._check_open()
+        await self._writer.drain()
+        checked = _checked_at_end(header, batches)
+        header_json = JSON_ENCODER.encode(header_to_json(header)).decode()
+        return await self._run(partial(_create_streamed, header, header_json, checked),
+                               f"import session {header.id!r}")
 
     async def read_stored_or_create(self, header: SessionHeader) -> StoredSession | int:
         """``EventStore.read_stored_or_create`` as one item of the group writer: in the
