@@ -761,3 +761,45 @@ def test_a_process_that_never_closes_its_store_still_exits(tmp_path: Path) -> No
             await store.close()
 
     assert [e.type for e in asyncio.run(read())] == ["turn/start"]
+
+
+def test_schema_precheck_waits_out_a_transient_lock_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-only check that meets SQLITE_PROTOCOL (a killed writer's stale -shm being
+    recovered by another process) retries instead of calling a good file foreign; a
+    lasting error is still refused."""
+    from surfacelog.store import schema_check
+
+    db = tmp_path / "s.db"
+    asyncio.run(_create_one(db))
+    holder = sqlite3.connect(db)  # a live reader keeps -wal/-shm: the readonly_shm path
+    holder.execute("SELECT count(*) FROM sessions").fetchone()
+    assert (tmp_path / "s.db-wal").exists()
+    real = schema_check.read_shape
+    failures = iter([True, True])
+
+    def flaky(conn: sqlite3.Connection) -> schema_check.SchemaShape:
+        if next(failures, False):
+            exc = sqlite3.OperationalError("locking protocol")
+            exc.sqlite_errorcode = 15  # type: ignore[attr-defined]
+            raise exc
+        return real(conn)
+
+    monkeypatch.setattr(schema_check, "read_shape", flaky)
+    assert schema_check.inspect_file(db) == "ours"
+
+    def always(conn: sqlite3.Connection) -> schema_check.SchemaShape:
+        exc = sqlite3.OperationalError("locking protocol")
+        exc.sqlite_errorcode = 15  # type: ignore[attr-defined]
+        raise exc
+
+    monkeypatch.setattr(schema_check, "read_shape", always)
+    with pytest.raises(VersionRefused, match="locking protocol"):
+        schema_check.inspect_file(db)
+    holder.close()
+
+
+async def _create_one(db: Path) -> None:
+    store = await SqliteEventStore.open(db)
+    await store.create(header("precheck"))
+    await store.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -178,6 +179,17 @@ def classify(found: SchemaShape, where: str) -> FileState:
         f"unmodified: " + "; ".join(problems))
 
 
+_TRANSIENT_RETRIES: Final = 12  # about 1.5 s of backing off in all
+_TRANSIENT_CODES: Final = frozenset({5, 6, 15})  # SQLITE_BUSY, SQLITE_LOCKED, SQLITE_PROTOCOL
+
+
+def _transient(exc: sqlite3.DatabaseError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)  # Python >= 3.11
+    if code is None:
+        return "locking protocol" in str(exc) or "locked" in str(exc)
+    return int(code) & 0xFF in _TRANSIENT_CODES
+
+
 def inspect_file(path: Path) -> FileState:
     """Classify the file at ``path`` without modifying it or creating any file beside it.
 
@@ -197,7 +209,8 @@ def inspect_file(path: Path) -> FileState:
         raise VersionRefused(f"{path} is not a SQLite database (no SQLite header); refused "
                              f"and left unmodified")
     wal = path.with_name(path.name + "-wal")
-    for attempt in range(3):
+    attempts = _TRANSIENT_RETRIES + 3
+    for attempt in range(attempts):
         had_wal = wal.exists()
         query = "mode=ro&readonly_shm=1" if had_wal else "mode=ro&immutable=1"
         uri = f"{path.resolve().as_uri()}?{query}"
@@ -212,7 +225,13 @@ def inspect_file(path: Path) -> FileState:
             # A writer that closed meanwhile removed (or one that opened created) the
             # -wal/-shm files the open was chosen for: look again, rather than call a
             # good database unreadable.
-            if wal.exists() != had_wal and attempt < 2:
+            if wal.exists() != had_wal and attempt < attempts - 1:
+                continue
+            # A read-only reader cannot rebuild the -shm index a killed writer left
+            # stale, and SQLite reports the race as SQLITE_PROTOCOL or a BUSY code:
+            # transient, so wait for whoever is recovering it rather than refuse.
+            if _transient(exc) and attempt < attempts - 1:
+                time.sleep(min(0.01 * 2 ** attempt, 0.2))
                 continue
             raise VersionRefused(f"{path} cannot be read as a SQLite database: {exc}; "
                                  f"refused and left unmodified") from exc
