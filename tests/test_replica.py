@@ -365,3 +365,30 @@ async def test_a_shard_writer_replicates_and_supervises(tmp_path: Path, writer: 
             assert [e for e in log if e in events] == events
     finally:
         await store.close()
+
+
+async def test_a_killed_restore_leaves_nothing_behind_the_next_one(tmp_path: Path) -> None:
+    """The temporary file of a restore whose process died is removed by the next restore
+    of the same target; one of a live restore is not touched."""
+    plan = _plan(tmp_path)
+    await _replicated(plan, 2)
+    target = tmp_path / "other" / "s0.db"
+    target.parent.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    abandoned = target.with_name(f".s0.db.restoring-{int(dead.stdout)}")
+    abandoned.write_bytes(b"half a restore")
+    Path(f"{abandoned}-wal").write_bytes(b"its wal")
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        working = target.with_name(f".s0.db.restoring-{live.pid}")
+        working.write_bytes(b"another restore at work")
+        report = await restore(plan.replica, target, shard="s0")
+        assert report is not None and report.sessions == 2
+        assert not abandoned.exists() and not Path(f"{abandoned}-wal").exists()
+        assert working.read_bytes() == b"another restore at work"
+        assert sorted(p.name for p in target.parent.iterdir()) == sorted(
+            ["s0.db", working.name, *(p.name for p in target.parent.glob("s0.db-*"))])
+    finally:
+        live.kill()
+        live.wait()

@@ -31,6 +31,7 @@ verify, and a failed restore leaves nothing at the target.
 from __future__ import annotations
 
 import asyncio
+import glob
 import json
 import os
 import shutil
@@ -246,6 +247,7 @@ async def restore(replica: str, to: str | os.PathLike[str], *, shard: str | None
     Litestream restores into a temporary file in ``to``'s folder (created if missing);
     every session of it is loaded through the full validation; only then is it renamed
     to ``to``, and Litestream's stale local state of ``to`` (``state_dir``) removed.
+    Temporary files an earlier, killed restore of ``to`` left behind are removed first.
     ``force``: replace an existing ``to`` and its ``-wal``/``-shm`` (only after the
     restored file verified). ``allow_empty``: an empty replica returns ``None`` instead
     of raising. ``shard`` names the shard in messages and the report.
@@ -261,7 +263,9 @@ async def restore(replica: str, to: str | os.PathLike[str], *, shard: str | None
         raise RestoreRefused(f"{where}: {', '.join(map(str, existing))} exist(s); restoring "
                              f"would replace it (--force to do so)")
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.restoring-{os.getpid()}")
+    for stale in _abandoned_restores(target):
+        _remove([stale, *sidecars(stale)])
+    tmp = target.with_name(f".{target.name}{_RESTORING}{os.getpid()}")
     _remove([tmp, *sidecars(tmp)])
     args = ["restore", "-o", str(tmp)]
     if allow_empty:
@@ -294,6 +298,34 @@ async def restore(replica: str, to: str | os.PathLike[str], *, shard: str | None
         _remove([tmp, *sidecars(tmp)])
     return RestoreReport(shard or replica, str(target), size, restored_s, verify_s, sessions,
                          events)
+
+
+_RESTORING: Final = ".restoring-"
+
+
+def _abandoned_restores(target: Path) -> list[Path]:
+    """The temporary files of earlier restores of ``target`` whose process is gone (a
+    restore killed before its ``finally`` ran); a live one is another restore at work
+    and is left alone. Only names this module makes are considered."""
+    prefix = f".{target.name}{_RESTORING}"
+    found = []
+    for path in target.parent.glob(f"{glob.escape(prefix)}*"):
+        pid_text = path.name[len(prefix):]
+        if not pid_text.isdigit() or int(pid_text) == os.getpid():
+            continue  # a sidecar (…-wal) goes with its file; ours is removed anyway
+        if not _alive(int(pid_text)):
+            found.append(path)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by another user
+    return True
 
 
 def _fsync_dir(folder: Path) -> None:
