@@ -90,6 +90,13 @@ def test_the_report_draws_in_a_headless_browser(tmp_path: Path, browser: Any) ->
     path = tmp_path / "report.html"
     write_html(path, a_result(tmp_path))
     browser.get(path.as_uri())
+    # plotly finishes a plot after its newPlot promise settles, which can be after the
+    # load event on a busy machine: wait for every chart's legend, not for the page.
+    from selenium.webdriver.support.ui import WebDriverWait
+    WebDriverWait(browser, 120).until(lambda b: b.execute_script("""
+        const plots = [...document.querySelectorAll('.js-plotly-plot')];
+        return plots.length === 4 && plots.every(el => el._fullLayout &&
+            el.querySelectorAll('.legendtext').length > 0);"""))
     drawn = browser.execute_script("""
         return [...document.querySelectorAll('.js-plotly-plot')].map(el => {
           const box = el.getBoundingClientRect();
