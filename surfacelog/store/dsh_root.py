@@ -28,6 +28,13 @@ they are (``connect(db=...)`` pointing at the root) and DSH can open them afterw
 
 File I/O is synchronous inside the async methods (sessions are small files read whole
 once and cached while their size and mtime are unchanged).
+
+The lines are split here, not by ``codec``'s reader (``read_log``): the store must know
+the byte offset where the torn tail starts, to cut it off, and its rules differ from
+that reader's (a line of its own layout whose data is not JSON is kept, a final line
+with no newline is torn even when it parses, there is no line limit, a lone ``\r``
+does not split a line). What the two share is the test for a ``turn/end`` line
+(``codec.is_line_of_type``).
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from urllib.parse import quote
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
-from surfacelog.schema.codec import JSON_DECODER, JSON_ENCODER
+from surfacelog.schema.codec import JSON_DECODER, JSON_ENCODER, is_line_of_type
 from surfacelog.schema.dsh import ZSTD_MAGIC, expand_packed_row, is_packed_row
 from surfacelog.schema.errors import LogError
 from surfacelog.schema.header import SessionHeader, header_from_json, header_to_json
@@ -156,16 +163,6 @@ def _row_line(row: Row) -> bytes:
     return b"".join(parts)
 
 
-def _has_turn_end(line: bytes) -> bool:
-    if b'"turn/end"' not in line:
-        return False
-    try:
-        value = JSON_DECODER.decode(line)
-    except msgspec.DecodeError:
-        return False
-    return isinstance(value, dict) and value.get("type") == "turn/end"
-
-
 @dataclass
 class _Parsed:
     """One session file as read: header text, rows of the kept prefix, torn tail."""
@@ -198,7 +195,7 @@ def _scan_lines(lines: list[bytes], session_id: str, path: Path, first_line: int
             rows.extend(got or [])
             continue
         if (got and any(r[1] == "turn/end" for r in got)) or \
-                any(_has_turn_end(later) for later in lines[k + 1:]):
+                any(is_line_of_type(later, "turn/end") for later in lines[k + 1:]):
             raise DshFileCorrupt(f"session {session_id!r}: {path}: {problem}", session_id)
         return k
     return None
