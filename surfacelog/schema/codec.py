@@ -159,14 +159,19 @@ class LogFile(Struct, frozen=True):
     packed_rows: int = 0
 
 
-def _is_header_line(line: bytes) -> bool:
-    if b'"session"' not in line:
+def is_line_of_type(line: bytes, etype: str) -> bool:
+    """Whether ``line`` is one JSON object whose ``type`` is ``etype`` (the header line
+    is of type ``session``). False for a line that is not JSON. Raises
+    ``RecursionError`` for JSON nested beyond msgspec's own limit."""
+    # Most lines are of another type: one that does not hold the type as a JSON string,
+    # written plainly, is not decoded at all.
+    if b'"' + etype.encode() + b'"' not in line:
         return False
     try:
         value = JSON_DECODER.decode(line)
     except msgspec.DecodeError:
         return False
-    return isinstance(value, dict) and value.get("type") == "session"
+    return isinstance(value, dict) and value.get("type") == etype
 
 
 def _slow_line(line: bytes, where: str) -> Event:
@@ -392,7 +397,7 @@ def _first_line(n: int, line: bytes, unit: str, notes: ReadNotes,
     """The first non-blank line: the header, or (returning ``None``) the first event
     line, whose events are appended to ``events``."""
     try:
-        is_header = _is_header_line(line)
+        is_header = is_line_of_type(line, "session")
     except RecursionError as exc:  # msgspec's own limit, far past ours
         raise nesting_error(None, None, prefix=f"{unit} {n}: ") from exc
     if not is_header:

@@ -28,13 +28,19 @@ they are (``connect(db=...)`` pointing at the root) and DSH can open them afterw
 
 File I/O is synchronous inside the async methods (sessions are small files read whole
 once and cached while their size and mtime are unchanged).
+
+The lines are split here, not by ``codec``'s reader (``read_log``): the store must know
+the byte offset where the torn tail starts, to cut it off, and its rules differ from
+that reader's (a line of its own layout whose data is not JSON is kept, a final line
+with no newline is torn even when it parses, there is no line limit, a lone ``\r``
+does not split a line). What the two share is the test for a ``turn/end`` line
+(``codec.is_line_of_type``).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -44,11 +50,12 @@ from urllib.parse import quote
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
-from surfacelog.schema.codec import JSON_DECODER, JSON_ENCODER
+from surfacelog.schema.codec import JSON_DECODER, JSON_ENCODER, is_line_of_type
 from surfacelog.schema.dsh import ZSTD_MAGIC, expand_packed_row, is_packed_row
 from surfacelog.schema.errors import LogError
 from surfacelog.schema.header import SessionHeader, header_from_json, header_to_json
-from surfacelog.store.base import EventStore, SessionInfo
+from surfacelog.store.base import SessionInfo
+from surfacelog.store.deferred_errors import DeferredErrors
 from surfacelog.store.dsh_sources import SESSION_FILES, session_files
 from surfacelog.store.errors import (
     CommitFailed,
@@ -56,12 +63,10 @@ from surfacelog.store.errors import (
     SeqMismatch,
     SessionExists,
     SessionNotFound,
-    StoreError,
     WriterFenced,
 )
-from surfacelog.store.memory import stored_row
-from surfacelog.store.rows import EncodedBatch, Row, StoredRow, encode_batch
-from surfacelog.store.stored import StoredSession
+from surfacelog.store.rows import EncodedBatch, Row, StoredRow, encode_batch, stored_rows
+from surfacelog.store.stored import StoredSession, stored_page
 
 Compression = Literal["zstd", "none"]
 
@@ -158,16 +163,6 @@ def _row_line(row: Row) -> bytes:
     return b"".join(parts)
 
 
-def _has_turn_end(line: bytes) -> bool:
-    if b'"turn/end"' not in line:
-        return False
-    try:
-        value = JSON_DECODER.decode(line)
-    except msgspec.DecodeError:
-        return False
-    return isinstance(value, dict) and value.get("type") == "turn/end"
-
-
 @dataclass
 class _Parsed:
     """One session file as read: header text, rows of the kept prefix, torn tail."""
@@ -200,7 +195,7 @@ def _scan_lines(lines: list[bytes], session_id: str, path: Path, first_line: int
             rows.extend(got or [])
             continue
         if (got and any(r[1] == "turn/end" for r in got)) or \
-                any(_has_turn_end(later) for later in lines[k + 1:]):
+                any(is_line_of_type(later, "turn/end") for later in lines[k + 1:]):
             raise DshFileCorrupt(f"session {session_id!r}: {path}: {problem}", session_id)
         return k
     return None
@@ -336,16 +331,16 @@ class _Session:
     epoch: int = 1
 
 
-class DshRootEventStore(EventStore):
-    """Sessions of a DSH JSONL sessions root (see the module's docstring)."""
+class DshRootEventStore(DeferredErrors):
+    """Sessions of a DSH JSONL sessions root (see the module's docstring). A
+    non-durable batch's failure is kept for ``flush``/``flush_session``
+    (``DeferredErrors``); every write is fsynced before its call returns."""
 
     def __init__(self, root: Path, compression: Compression = "zstd") -> None:
+        super().__init__()
         self.root = root
         self.compression: Compression = compression
         self._sessions: dict[str, _Session] = {}
-        self._errors: deque[tuple[str, StoreError]] = deque()
-        self._closed = False
-        self._batches = self._events = 0
 
     @classmethod
     async def open(cls, root: str | Path, compression: Compression = "zstd"
@@ -368,9 +363,9 @@ class DshRootEventStore(EventStore):
 
     # -- helpers -----------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StoreError(f"the DSH root store {self.root} is closed")
+    def _store_name(self) -> str:
+        """How errors name this store."""
+        return f"the DSH root store {self.root}"
 
     def _session(self, session_id: str) -> _Session:
         found = self._sessions.get(session_id)
@@ -403,7 +398,7 @@ class DshRootEventStore(EventStore):
         self._check_open()
         if header.id in self._sessions:
             raise SessionExists(f"session {header.id!r} is already stored")
-        rows = [stored_row(header.id, batch.start, r) for r in batch.rows]
+        rows = stored_rows(header.id, batch)
         name = SESSION_FILES[1] if self.compression == "zstd" else SESSION_FILES[0]
         directory = self.root / _cwd_dir(header) / _escaped(header.id)
         path = directory / name
@@ -446,12 +441,8 @@ class DshRootEventStore(EventStore):
         self._check_open()
         if not batch.rows:
             return
-        try:
+        with self._reported(session_id, durable):
             self._append(session_id, batch, epoch, resend)
-        except StoreError as exc:
-            if durable:
-                raise
-            self._errors.append((session_id, exc))
 
     def _append(self, session_id: str, batch: EncodedBatch, epoch: int,
                 resend: bool) -> None:
@@ -467,7 +458,7 @@ class DshRootEventStore(EventStore):
         if batch.start != len(parsed.rows):
             raise SeqMismatch(f"session {session_id!r}: batch starts at seq {batch.start}, "
                               f"the stored next seq is {len(parsed.rows)}; nothing written")
-        rows = [stored_row(session_id, batch.start, r) for r in batch.rows]
+        rows = stored_rows(session_id, batch)
         lines = [line + b"\n" for line in parsed.recovered]
         lines += [_row_line(r) + b"\n" for r in batch.rows]
         content = self._encode(lines)
@@ -490,8 +481,7 @@ class DshRootEventStore(EventStore):
         st = found.path.stat()
         found.parsed = _Parsed(parsed.header, parsed.created_at, parsed.rows + rows,
                                (st.st_size, st.st_mtime_ns))
-        self._batches += 1
-        self._events += len(rows)
+        self._count_batch(len(rows))
 
     async def read_stored(self, session_id: str, *, since: int = 0,
                           limit: int | None = None, bump: bool = False) -> StoredSession:
@@ -502,10 +492,7 @@ class DshRootEventStore(EventStore):
         parsed = self._parsed(session_id, found)
         if bump:
             found.epoch += 1
-        since = max(since, 0)
-        stop = None if limit is None else since + limit
-        return StoredSession(parsed.header, found.epoch, len(parsed.rows),
-                             parsed.rows[since:stop])
+        return stored_page(parsed.header, found.epoch, parsed.rows, since, limit)
 
     async def list_sessions(self) -> list[SessionInfo]:
         """Every session of the root, ordered by id."""
@@ -517,28 +504,6 @@ class DshRootEventStore(EventStore):
             out.append(SessionInfo(sid, parsed.created_at, len(parsed.rows), last,
                                    found.epoch))
         return out
-
-    async def flush(self) -> None:
-        """Raise the oldest unreported failure of a non-durable batch (one per call)."""
-        self._check_open()
-        if self._errors:
-            raise self._errors.popleft()[1]
-
-    async def flush_session(self, session_id: str) -> None:
-        """Raise the oldest unreported failure of a non-durable batch of ``session_id``."""
-        self._check_open()
-        for index, (owner, error) in enumerate(self._errors):
-            if owner == session_id:
-                del self._errors[index]
-                raise error
-
-    def stats(self) -> dict[str, int]:
-        """``batches`` and ``events`` appended (creates not counted)."""
-        return {"batches": self._batches, "events": self._events}
-
-    async def close(self) -> None:
-        """Stop serving (every write was already fsynced). Closing twice is a no-op."""
-        self._closed = True
 
 
 def dsh_root_backend(root: str, compression: Compression = "zstd") -> Any:

@@ -9,17 +9,16 @@ unchanged. It checks what the SQLite backend's tables check (``STRICT`` column t
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from surfacelog.schema.codec import JSON_ENCODER
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader, header_to_json
-from surfacelog.store.base import EventStore, SessionInfo
+from surfacelog.store.base import SessionInfo
+from surfacelog.store.deferred_errors import DeferredErrors
 from surfacelog.store.errors import (
-    BadEvent,
     ScopeConflict,
     SeqMismatch,
     SessionDeleted,
@@ -28,7 +27,7 @@ from surfacelog.store.errors import (
     StoreError,
     WriterFenced,
 )
-from surfacelog.store.rows import NO_ROWS, EncodedBatch, Row, StoredRow, encode_batch
+from surfacelog.store.rows import NO_ROWS, EncodedBatch, StoredRow, encode_batch, stored_rows
 from surfacelog.store.scoped import (
     ScopedSession,
     ScopedState,
@@ -37,10 +36,7 @@ from surfacelog.store.scoped import (
     decode_state,
     split_delta,
 )
-from surfacelog.store.stored import StoredSession
-
-_TEXT: Final = (str, type(None))
-_INT64: Final = range(-(2**63), 2**63)
+from surfacelog.store.stored import StoredSession, stored_page
 
 
 @dataclass
@@ -56,44 +52,25 @@ class _Stored:
     deleted_at: int | None = None
 
 
-def _stored_row(session_id: str, start: int, row: Row) -> StoredRow:
-    """The row as stored, or ``BadEvent`` where SQLite's STRICT columns would refuse it."""
-    sid, seq, etype, time, data, seqs, op, ignorable = row
-    if not (sid == session_id and type(seq) is int and seq >= 0 and type(etype) is str
-            and type(time) is int and time in _INT64 and isinstance(data, _TEXT)
-            and isinstance(seqs, _TEXT) and isinstance(op, _TEXT)
-            and (ignorable is None or (type(ignorable) is int and ignorable == 1))):
-        raise BadEvent(f"session {session_id!r}: the batch starting at seq {start} cannot "
-                       f"be stored: row {row[1:]!r} has a value of the wrong type; nothing "
-                       f"written")
-    return (seq, etype, time, data, seqs, op, ignorable)
-
-
-stored_row = _stored_row
-"""``_stored_row`` for other backends that check rows as SQLite's STRICT tables do."""
-
-
-class MemoryEventStore(EventStore):
+class MemoryEventStore(DeferredErrors):
     """Session rows in memory (see the module's docstring). Every write is applied at
     once; a non-durable batch's failure is kept for ``flush``/``flush_session``, as the
-    SQLite store reports it."""
+    SQLite store reports it (``DeferredErrors``). Closing drops the rows."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._sessions: dict[str, _Stored] = {}
         self._app_state: dict[str, dict[str, str]] = {}
         self._user_state: dict[tuple[str, str], dict[str, str]] = {}
-        self._errors: deque[tuple[str, StoreError]] = deque()
-        self._batches = self._events = 0
-        self._closed = False
 
     @classmethod
     async def open(cls) -> MemoryEventStore:
         """A new empty store (an opener for a journal actor: ``MemoryEventStore.open``)."""
         return cls()
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StoreError("the memory store is closed")
+    def _store_name(self) -> str:
+        """How errors name this store."""
+        return "the memory store"
 
     def _session(self, session_id: str) -> _Stored:
         stored = self._sessions.get(session_id)
@@ -143,7 +120,7 @@ class MemoryEventStore(EventStore):
         self._check_open()
         split_delta(delta)  # refuse a bad value before anything is applied
         batch = encode_batch(session_id, events) if events else NO_ROWS
-        try:
+        with self._reported(session_id, durable):
             stored = self._sessions.get(session_id)
             if stored is not None and stored.scope is None:
                 raise ScopeConflict(f"session {session_id!r} has no app and user scope; "
@@ -156,10 +133,6 @@ class MemoryEventStore(EventStore):
             assert stored.scope is not None
             self._apply(stored, *stored.scope, delta)
             stored.update_time = at
-        except StoreError as exc:
-            if durable:
-                raise
-            self._errors.append((session_id, exc))
 
     async def scope_of(self, session_id: str) -> ScopedSession:
         """See ``EventStore.scope_of``."""
@@ -226,7 +199,7 @@ class MemoryEventStore(EventStore):
         self._check_open()
         if header.id in self._sessions:
             raise SessionExists(f"session {header.id!r} is already stored")
-        rows = [_stored_row(header.id, batch.start, r) for r in batch.rows]
+        rows = stored_rows(header.id, batch)
         self._sessions[header.id] = _Stored(
             JSON_ENCODER.encode(header_to_json(header)).decode(), header.created_at,
             rows=rows, last_time=batch.last_time)
@@ -240,12 +213,8 @@ class MemoryEventStore(EventStore):
         self._check_open()
         if not batch.rows:
             return
-        try:
+        with self._reported(session_id, durable):
             self._append(session_id, batch, epoch, resend)
-        except StoreError as exc:
-            if durable:
-                raise
-            self._errors.append((session_id, exc))
 
     def _append(self, session_id: str, batch: EncodedBatch, epoch: int, resend: bool
                 ) -> None:
@@ -262,11 +231,10 @@ class MemoryEventStore(EventStore):
         if batch.start != len(stored.rows):
             raise SeqMismatch(f"session {session_id!r}: batch starts at seq {batch.start}, "
                               f"the stored next seq is {len(stored.rows)}; nothing written")
-        rows = [_stored_row(session_id, batch.start, r) for r in batch.rows]
+        rows = stored_rows(session_id, batch)
         stored.rows.extend(rows)
         stored.last_time = batch.last_time
-        self._batches += 1
-        self._events += len(rows)
+        self._count_batch(len(rows))
 
     async def read_stored(self, session_id: str, *, since: int = 0,
                           limit: int | None = None, bump: bool = False) -> StoredSession:
@@ -276,38 +244,13 @@ class MemoryEventStore(EventStore):
         stored = self._session(session_id)
         if bump:
             stored.epoch += 1
-        since = max(since, 0)
-        end = None if limit is None else since + limit
-        return StoredSession(stored.header, stored.epoch, len(stored.rows),
-                             stored.rows[since:end])
+        return stored_page(stored.header, stored.epoch, stored.rows, since, limit)
 
     async def list_sessions(self) -> list[SessionInfo]:
         """Every stored session, ordered by id."""
         self._check_open()
         return [SessionInfo(sid, s.created_at, len(s.rows), s.last_time, s.epoch)
                 for sid, s in sorted(self._sessions.items()) if s.deleted_at is None]
-
-    async def flush(self) -> None:
-        """Raise the oldest unreported failure of a non-durable batch (one per call)."""
-        self._check_open()
-        if self._errors:
-            raise self._errors.popleft()[1]
-
-    async def flush_session(self, session_id: str) -> None:
-        """Raise the oldest unreported failure of a non-durable batch of ``session_id``."""
-        self._check_open()
-        for index, (owner, error) in enumerate(self._errors):
-            if owner == session_id:
-                del self._errors[index]
-                raise error
-
-    def stats(self) -> dict[str, int]:
-        """``batches`` and ``events`` appended (creates not counted)."""
-        return {"batches": self._batches, "events": self._events}
-
-    async def close(self) -> None:
-        """Stop serving; the rows are dropped with the store. Closing twice is a no-op."""
-        self._closed = True
 
 
 __all__ = ["MemoryEventStore"]

@@ -234,6 +234,31 @@ def encode_records(session_id: str, records: Sequence[Event | PackedRun]) -> Enc
     return EncodedBatch(start, rows, last_time)
 
 
+_TEXT: Final = (str, type(None))
+_INT64: Final = range(-(2**63), 2**63)
+
+
+def stored_rows(session_id: str, batch: EncodedBatch) -> list[StoredRow]:
+    """``batch``'s rows as stored (without ``session_id``), for a backend that keeps
+    rows itself and checks them as SQLite's STRICT columns do (``INTEGER``/``TEXT``
+    types, ``ignorable`` 1 or NULL), so that every backend refuses the same rows.
+    Raises ``BadEvent`` (naming the batch and the first bad row) for a row SQLite
+    would refuse."""
+    return [_stored_row(session_id, batch.start, row) for row in batch.rows]
+
+
+def _stored_row(session_id: str, start: int, row: Row) -> StoredRow:
+    sid, seq, etype, time, data, seqs, op, ignorable = row
+    if not (sid == session_id and type(seq) is int and seq >= 0 and type(etype) is str
+            and type(time) is int and time in _INT64 and isinstance(data, _TEXT)
+            and isinstance(seqs, _TEXT) and isinstance(op, _TEXT)
+            and (ignorable is None or (type(ignorable) is int and ignorable == 1))):
+        raise BadEvent(f"session {session_id!r}: the batch starting at seq {start} cannot "
+                       f"be stored: row {row[1:]!r} has a value of the wrong type; nothing "
+                       f"written")
+    return (seq, etype, time, data, seqs, op, ignorable)
+
+
 def _op(text: str) -> Any:
     if text == _APPEND_JSON:
         return "append"
@@ -309,4 +334,4 @@ def decode_rows(session_id: str, rows: Sequence[StoredRow], first_seq: int) -> l
 
 
 __all__ = ["INSERT_EVENTS", "NO_ROWS", "SELECT_EVENTS", "EncodedBatch", "Row", "StoredRow",
-           "decode_rows", "encode_batch", "insert_rows"]
+           "decode_rows", "encode_batch", "insert_rows", "stored_rows"]

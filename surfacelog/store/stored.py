@@ -33,6 +33,17 @@ class StoredSession(NamedTuple):
     rows: list[StoredRow]
 
 
+def stored_page(header: str, epoch: int, rows: list[StoredRow], since: int,
+                limit: int | None) -> StoredSession:
+    """A read of a session whose every row is held in ``rows`` (seq ``k`` at index
+    ``k``), as ``EventStore.read_stored`` returns it: the rows from ``since`` (a
+    negative one reads from 0), at most ``limit`` of them (``None``: all), and
+    ``next_seq`` the number of rows held. Raises nothing."""
+    since = max(since, 0)
+    stop = None if limit is None else since + limit
+    return StoredSession(header, epoch, len(rows), rows[since:stop])
+
+
 def decode_header(session_id: str, text: str) -> SessionHeader:
     """The header of ``session_id`` from its stored JSON text. Raises ``CorruptStore``
     when it cannot be read or names another session."""
@@ -79,4 +90,5 @@ def replay_stored(session_id: str, stored: StoredSession) -> Session:
         raise corrupt(session_id, exc) from exc
 
 
-__all__ = ["StoredSession", "corrupt", "decode_header", "decode_stored", "replay_stored"]
+__all__ = ["StoredSession", "corrupt", "decode_header", "decode_stored", "replay_stored",
+           "stored_page"]
