@@ -56,6 +56,7 @@ from surfacelog.schema.errors import LogError
 from surfacelog.schema.header import SessionHeader, header_from_json, header_to_json
 from surfacelog.store.base import SessionInfo
 from surfacelog.store.deferred_errors import DeferredErrors
+from surfacelog.store.dirsync import fsync_dir
 from surfacelog.store.dsh_sources import SESSION_FILES, session_files
 from surfacelog.store.errors import (
     CommitFailed,
@@ -316,14 +317,6 @@ def _escaped(session_id: str) -> str:
     return "%2E" + name[1:] if name.startswith(".") else name
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 @dataclass
 class _Session:
     path: Path
@@ -422,7 +415,7 @@ class DshRootEventStore(DeferredErrors):
                     from exc
             finally:
                 temp.unlink()
-            _fsync_dir(directory)
+            fsync_dir(directory)
         except OSError as exc:
             raise CommitFailed(f"session {header.id!r}: cannot write {path}: {exc}") \
                 from exc

@@ -42,6 +42,7 @@ from typing import Any, Final
 
 import msgspec
 
+from surfacelog.store.dirsync import fsync_dir
 from surfacelog.store.errors import StoreError
 from surfacelog.store.shards import Shard, is_url
 from surfacelog.store.sqlite import SqliteEventStore
@@ -293,7 +294,7 @@ async def restore(replica: str, to: str | os.PathLike[str], *, shard: str | None
         _remove(sidecars(tmp))
         shutil.rmtree(state_dir(target), ignore_errors=True)
         os.replace(tmp, target)
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
     finally:
         _remove([tmp, *sidecars(tmp)])
     return RestoreReport(shard or replica, str(target), size, restored_s, verify_s, sessions,
@@ -326,14 +327,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True  # exists, owned by another user
     return True
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 async def restore_if_missing(plan: ReplicaPlan) -> RestoreReport | None:
