@@ -222,31 +222,17 @@ async def node_chaos(cluster: LocalCluster, every_s: float, down_s: float, seed:
     before the next one. Appends each kill to ``kills`` as it happens. A removed node
     is always added back, even when cancelled. Raises what ``LocalCluster.add_node``
     raises."""
-    if every_s <= 0:
-        return
-    rng = random.Random(seed)
-    candidates = [k for k in range(cluster.nodes) if cluster.shards_on(k)]
-    while True:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(done.wait(), timeout=every_s)
-        if done.is_set():
-            return
-        node = rng.choice(candidates)
+
+    async def take_down(node: int) -> NodeKill:
         kill = NodeKill(node=node, shards=cluster.shards_on(node),
                         graceful=len(kills) % 2 == 0, lost_at=time.time())
         kills.append(kill)
         # Blocking calls on the event loop's (main) thread, as Ray's Node wants; the
         # drivers are actors of their own and go on meanwhile.
         cluster.remove_node(node, kill.graceful)
-        kill.removed_s = round(time.time() - kill.lost_at, 3)
-        try:
-            await asyncio.sleep(down_s)
-        finally:
-            started = time.time()
-            cluster.add_node(node)
-            kill.added_at = time.time()
-            kill.add_s = round(kill.added_at - started, 3)
-        await asyncio.gather(*(_await_serving(shard, probe, kill) for shard in kill.shards))
+        return kill
+
+    await _outages(cluster, every_s, down_s, seed, probe, done, take_down)
 
 
 async def disk_chaos(cluster: LocalCluster, writers: dict[str, Any], every_s: float,
@@ -262,16 +248,8 @@ async def disk_chaos(cluster: LocalCluster, writers: dict[str, Any], every_s: fl
     does once it has restored the shard from its replica and verified it. The
     acknowledged events not yet replicated are lost; the drivers count them. Raises
     what ``LocalCluster.add_node`` raises."""
-    if every_s <= 0:
-        return
-    rng = random.Random(seed)
-    candidates = [k for k in range(cluster.nodes) if cluster.shards_on(k)]
-    while True:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(done.wait(), timeout=every_s)
-        if done.is_set():
-            return
-        node = rng.choice(candidates)
+
+    async def take_down(node: int) -> NodeKill:
         names = cluster.shards_on(node)
         kill = NodeKill(node=node, shards=names, graceful=False, lost_at=time.time(),
                         disk=True)
@@ -285,6 +263,29 @@ async def disk_chaos(cluster: LocalCluster, writers: dict[str, Any], every_s: fl
             lose_files(Path(cluster.shards.get(name).path))
         for pid in frozen:
             _signal(pid, signal.SIGKILL)
+        return kill
+
+    await _outages(cluster, every_s, down_s, seed, probe, done, take_down)
+
+
+async def _outages(cluster: LocalCluster, every_s: float, down_s: float, seed: int,
+                   probe: Probe, done: asyncio.Event,
+                   take_down: Callable[[int], Awaitable[NodeKill]]) -> None:
+    """The schedule both chaos loops share: until ``done``, every ``every_s`` seconds
+    ``take_down`` a random shard worker node (seeded), keep it down ``down_s`` seconds,
+    add it back (even when cancelled), and wait until each of its shards answers
+    ``probe`` before the next outage."""
+    if every_s <= 0:
+        return
+    rng = random.Random(seed)
+    candidates = [k for k in range(cluster.nodes) if cluster.shards_on(k)]
+    while True:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(done.wait(), timeout=every_s)
+        if done.is_set():
+            return
+        node = rng.choice(candidates)
+        kill = await take_down(node)
         kill.removed_s = round(time.time() - kill.lost_at, 3)
         try:
             await asyncio.sleep(down_s)
@@ -293,7 +294,7 @@ async def disk_chaos(cluster: LocalCluster, writers: dict[str, Any], every_s: fl
             cluster.add_node(node)
             kill.added_at = time.time()
             kill.add_s = round(kill.added_at - started, 3)
-        await asyncio.gather(*(_await_serving(name, probe, kill) for name in names))
+        await asyncio.gather(*(_await_serving(shard, probe, kill) for shard in kill.shards))
 
 
 def lose_files(db: Path) -> None:
