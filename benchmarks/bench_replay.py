@@ -48,6 +48,7 @@ from bench_surface import generate_log
 from surfacelog.cli.commands import _fold_one
 from surfacelog.schema.codec import encode_json, encode_log
 from surfacelog.schema.events import Event
+from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.header import SessionHeader
 from surfacelog.schema.limits import MAX_LINE_BYTES
 from surfacelog.store.activation import load
@@ -80,9 +81,13 @@ def bare_decode(path: Path) -> int:
 
 
 def fold_json(path: Path) -> dict[str, Any]:
-    """What ``surfacelog fold --json FILE`` does for one file, in process."""
-    result, _ = _fold_one(path, False, MAX_LINE_BYTES)
-    encode_json(result)
+    """What ``surfacelog fold --json FILE`` does for one file, in process: the fold and
+    its JSON line with the collector paused until the session is dropped, as the
+    command pauses it (``_fold_print``)."""
+    with gc_paused():
+        result, session = _fold_one(path, False, MAX_LINE_BYTES)
+        encode_json(result)
+        del session
     return result
 
 

@@ -101,6 +101,36 @@ def test_data_nested_too_deep_is_refused_naming_its_line(
     assert outcome[3].startswith("line 4001: ")
 
 
+def test_lines_holding_newlines_get_the_per_line_tests(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # ``decode_records`` takes a caller's lines, which may hold JSON whitespace
+    # newlines: the block tests, which join lines with newlines, must not misplace
+    # the -0 and the deep data that follow such a line.
+    lines = _lines(codec._BLOCK_LINES)
+    lines[10] = b'{"type":"x/y",\n"seq":10,"time":5,"data":{}}'
+    lines[20] = b'{"type":"x/y","seq":20,"time":-0,"data":{}}'
+    lines[30] = _line(30, "[" * (MAX_NESTING + 1) + "]" * (MAX_NESTING + 1))
+
+    def outcome() -> tuple[str, ...]:
+        try:
+            log = codec.decode_records(enumerate(lines, 1))
+        except DecodeError as exc:
+            return ("error", type(exc).__name__, exc.rule, str(exc))
+        return ("ok", *(repr(e) for e in log.events))
+
+    bulk = outcome()
+    with monkeypatch.context() as m:
+        m.setattr(codec, "_bulk_events", lambda lines: None)
+        assert bulk == outcome()
+    assert bulk[:2] == ("error", "NestingError") and bulk[3].startswith("line 31: ")
+    del lines[30]
+    bulk = outcome()
+    assert bulk[0] == "ok" and "time=-0.0" in bulk[21]
+    with monkeypatch.context() as m:
+        m.setattr(codec, "_bulk_events", lambda lines: None)
+        assert bulk == outcome()
+
+
 def test_blank_lines_bad_lines_and_headers_keep_their_numbers(
         monkeypatch: pytest.MonkeyPatch) -> None:
     lines = _lines(codec._BLOCK_LINES + 5)

@@ -13,7 +13,7 @@ from test_properties import SETTINGS, materialize, programs
 
 from surfacelog.schema.errors import LogError
 from surfacelog.schema.events import Event
-from surfacelog.session import Session, replay
+from surfacelog.session import Session, replay, shapes
 from surfacelog.session import session as session_module
 
 
@@ -62,3 +62,27 @@ def test_replay_agrees_with_appending_one_by_one(program: Any, chunk: int,
         assert list(got.surface.nodes) == list(want.surface.nodes)
         assert got.derive_messages() == want.derive_messages()
         assert got.replacements() == want.replacements()
+
+
+@SETTINGS
+@given(program=programs(max_ops=40), window=st.integers(1, 5), data=st.data())
+def test_payload_check_windows_agree_with_appending_one_by_one(
+        program: Any, window: int, data: Any) -> None:
+    # ``payloads_valid`` checks payloads a window at a time: a bad payload must leave
+    # only its own window's group unmarked, and be named as appending names it.
+    log, _ = materialize(program)
+    if log:
+        k = data.draw(st.integers(0, len(log) - 1))
+        log = [*log[:k], data.draw(st.sampled_from(BREAKS))(log[k]), *log[k + 1:]]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(shapes, "_WINDOW", window)
+        got, error = by_replay(log)
+        ok = shapes.payloads_valid(log)
+    want, expected = one_by_one(log)
+    assert error == expected
+    for event, marked in zip(log, ok, strict=True):
+        if marked:
+            shapes.check_payload(event)  # raises for a payload marked valid wrongly
+    if want is not None:
+        assert got is not None
+        assert list(got.surface.nodes) == list(want.surface.nodes)

@@ -3,8 +3,10 @@ truncated file, and each fork error code is its own exit status with one line.""
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from shared_examples import EXAMPLES
@@ -103,3 +105,30 @@ def test_fork_of_a_missing_session_or_database(db: Path, tmp_path: Path) -> None
     assert no_db.exit_code == 2 and "no database" in no_db.output
     assert not (tmp_path / "absent.db").exists()
     assert len(set(FORK_EXIT.values())) == len(FORK_EXIT)
+
+
+def test_fold_holds_the_collector_off_for_each_file_and_restores_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A fold builds a log's worth of long-lived acyclic containers: the collector stays
+    # off while each file is folded and printed (its session dropped), on again after,
+    # also when a file fails.
+    from surfacelog.cli import commands
+
+    seen: list[bool] = []
+    real = commands._fold_one
+
+    def spy(*args: Any) -> Any:
+        seen.append(gc.isenabled())
+        return real(*args)
+
+    monkeypatch.setattr(commands, "_fold_one", spy)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n", encoding="utf-8")
+    good = str(EXAMPLES / "compaction.jsonl")
+    assert gc.isenabled()
+    result = runner.invoke(app, ["fold", "--json", good, str(bad), good])
+    assert result.exit_code == 2
+    assert [json.loads(line)["ok"] for line in result.stdout.splitlines()] == \
+        [True, False, True]
+    assert seen == [False, False, False]
+    assert gc.isenabled()

@@ -23,6 +23,7 @@ from surfacelog.cli.render import echo, surface_tree, text
 from surfacelog.cli.runmodel import RunConfig
 from surfacelog.schema.codec import LogFile, LogStream, encode_json, read_log
 from surfacelog.schema.errors import LineTooLong, LogError, SurfacelogError
+from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.limits import MAX_LINE_BYTES
 from surfacelog.session import (
     Session,
@@ -139,6 +140,38 @@ def _fold_one(path: Path, legacy: bool, max_line_bytes: int,
     return result, session
 
 
+def _fold_print(path: Path, json: bool, legacy: bool, max_line_bytes: int,
+                at: int | None, console: Console) -> int:
+    """Fold one file for ``fold`` and print it; its exit status (0, 1 or 2)."""
+    status = 0
+    session: Session | None = None
+    try:
+        result, session = _fold_one(path, legacy, max_line_bytes, at)
+    except _Unreadable as exc:
+        status = 2
+        result = {"file": str(path), "ok": False, "error": str(exc), "rule": "unreadable"}
+    except _NotASeq as exc:
+        status = 1
+        result = {"file": str(path), "ok": False, "error": str(exc), "rule": "at"}
+    except LogError as exc:
+        result = {"file": str(path), "ok": False, "error": str(exc), "rule": exc.rule}
+    if json:
+        sys.stdout.write(encode_json(result).decode() + "\n")
+        return status
+    if session is None:
+        console.print(Text.assemble(text(f"{path}: invalid", "red"),
+                                    text(f" ({result['rule']}): {result['error']}")))
+        return status
+    when = "" if at is None else f" as of seq {at}"
+    shown = [r for r in session.replacements() if at is None or r.seq <= at]
+    console.print(surface_tree(
+        f"{path}{when}: {len(session.log) if at is None else at + 1} events, "
+        f"{len(result['nodes'])} nodes, {len(result['replacements'])} replacement(s), "
+        f"{len(result['messages'])} messages",
+        result["nodes"], session.log, shown))
+    return status
+
+
 @app.command()
 def fold(files: FileArgs, json: JsonOpt = False, legacy: LegacyOpt = False,
          max_line_bytes: MaxLineOpt = MAX_LINE_BYTES,
@@ -156,31 +189,14 @@ def fold(files: FileArgs, json: JsonOpt = False, legacy: LegacyOpt = False,
     console = Console()
     status = 0
     for path in files:
-        session: Session | None = None
-        try:
-            result, session = _fold_one(path, legacy, max_line_bytes, at)
-        except _Unreadable as exc:
-            status = 2
-            result = {"file": str(path), "ok": False, "error": str(exc), "rule": "unreadable"}
-        except _NotASeq as exc:
-            status = max(status, 1)
-            result = {"file": str(path), "ok": False, "error": str(exc), "rule": "at"}
-        except LogError as exc:
-            result = {"file": str(path), "ok": False, "error": str(exc), "rule": exc.rule}
-        if json:
-            sys.stdout.write(encode_json(result).decode() + "\n")
-            continue
-        if session is None:
-            console.print(Text.assemble(text(f"{path}: invalid", "red"),
-                                        text(f" ({result['rule']}): {result['error']}")))
-            continue
-        when = "" if at is None else f" as of seq {at}"
-        shown = [r for r in session.replacements() if at is None or r.seq <= at]
-        console.print(surface_tree(
-            f"{path}{when}: {len(session.log) if at is None else at + 1} events, "
-            f"{len(result['nodes'])} nodes, {len(result['replacements'])} replacement(s), "
-            f"{len(result['messages'])} messages",
-            result["nodes"], session.log, shown))
+        # The collector is held off for each file until its session is dropped: a fold
+        # builds a log's worth of long-lived acyclic containers (the events' data),
+        # which each collection meanwhile would traverse in vain (a young and then a
+        # middle generation pass: about 0.3 s of CPU per 200k events, a third of the
+        # fold); none of them outlives the file.
+        with gc_paused():
+            status = max(status, _fold_print(path, json, legacy, max_line_bytes, at,
+                                             console))
     raise typer.Exit(status)
 
 

@@ -170,19 +170,34 @@ def payloads_valid(events: Sequence[Event]) -> list[bool]:
     """For each event, whether it is of a registered log-only type and its payload is
     already known to be valid (``SurfaceManager.fold_batch`` relies on both).
 
-    The payloads of each registered log-only type are converted in one msgspec call (a
-    batch of chunks costs one call, not one each). A group that fails is left unmarked:
-    the per-event checks then find and name its first bad event, in log order.
+    The payloads of each registered log-only type are converted in one msgspec call per
+    window of ``_WINDOW`` events (a batch of chunks costs a call per window, not one
+    each). A group that fails is left unmarked: the per-event checks then find and name
+    its first bad event, in log order.
     """
+    ok = [False] * len(events)
+    for start in range(0, len(events), _WINDOW):
+        _window_valid(events, start, min(start + _WINDOW, len(events)), ok)
+    return ok
+
+
+_WINDOW = 1024
+"""Events whose payloads ``payloads_valid`` checks together. Far smaller than a replay
+chunk on purpose: grouping and converting 64k events at once cost 1.7x the CPU of 1k
+at a time (what is built and dropped outgrows the CPU caches)."""
+
+
+def _window_valid(events: Sequence[Event], start: int, stop: int, ok: list[bool]) -> None:
+    """``payloads_valid`` of ``events[start:stop]``, marked in ``ok``."""
     groups: dict[str, list[int]] = {}
-    for k, event in enumerate(events):
+    for k in range(start, stop):
+        event = events[k]
         etype = event.type
         if type(etype) is not str or event.data is UNSET:
             continue
         spec = EVENT_TYPES.get(etype)
         if spec is not None and spec.payload is not None and not spec.eligible:
             groups.setdefault(etype, []).append(k)
-    ok = [False] * len(events)
     for etype, indexes in groups.items():
         payload = EVENT_TYPES[etype].payload
         assert payload is not None
@@ -195,4 +210,3 @@ def payloads_valid(events: Sequence[Event]) -> list[bool]:
             continue
         for k in indexes:
             ok[k] = True
-    return ok
