@@ -361,3 +361,88 @@ def test_unreadable_shard_configuration_in_a_real_process(tmp_path: Path) -> Non
     assert done.stdout == ""
     assert done.stderr.strip().splitlines() == [
         f"cannot read shard configuration {config}: No such file or directory"]
+
+
+# -- streamed imports onto shards ----------------------------------------------------------
+
+
+def test_sharded_import_streams_once_the_home_shard_exists(tmp_path: Path) -> None:
+    """``ShardedStores.import_stream`` stores a file on its home shard block by block
+    when the home file exists, and declines (``None``, nothing created) when it does
+    not: creating a shard must wait until the whole file is known valid."""
+    from surfacelog.schema.codec import LogStream
+    from surfacelog.store.sharded import ShardedStores
+
+    config = write_config(tmp_path, ("a", 0), ("b", 0))
+    shard_map = load_shard_map(config)
+    session_id = find_id(shard_map, lambda c: c[0].name == "a")
+    log = write_log(tmp_path, session_id, EXAMPLES / "compaction.jsonl")
+
+    async def run() -> object:
+        stores = ShardedStores(shard_map)
+        try:
+            with LogStream(log, runs=True) as stream:
+                return await stores.import_stream(stream, log)
+        finally:
+            await stores.close()
+
+    assert asyncio.run(run()) is None
+    assert not (tmp_path / "a.db").exists()
+    plant(tmp_path / "a.db", "seed-a")
+    done = asyncio.run(run())
+    assert done is not None
+    shard, streamed = done  # type: ignore[misc]
+    assert shard.name == "a" and streamed.events == len(COMPACTION.events)
+    assert sorted(stored_ids(tmp_path / "a.db")) == sorted(["seed-a", session_id])
+    assert not (tmp_path / "b.db").exists()
+
+
+def test_sharded_streamed_import_reports_the_file_before_the_shards(
+        tmp_path: Path, runner: CliRunner) -> None:
+    """Streamed onto shards, a file's own error wins over another shard holding its id
+    (the order of a whole-file import); a valid file held elsewhere is refused naming
+    that shard; nothing is stored on the home shard either way."""
+    config = write_config(tmp_path, ("a", 0), ("b", 0), ("c", 1))
+    shard_map = load_shard_map(config)
+    for name in ("a", "b", "c"):
+        plant(tmp_path / f"{name}.db", f"seed-{name}")
+    session_id = find_id(shard_map, lambda c: len(c) == 2 and c[0].name == "c")
+    older = shard_map.candidates(session_id)[1].name
+    plant(tmp_path / f"{older}.db", session_id)
+    valid = write_log(tmp_path, session_id)
+    bad = tmp_path / "bad.jsonl"
+    lines = valid.read_bytes().splitlines(keepends=True)
+    # The same id, one event's seq off: the core refuses it at that line.
+    broken = msgspec.json.decode(lines[3])
+    broken["seq"] += 5
+    bad.write_bytes(b"".join([*lines[:3], msgspec.json.encode(broken) + b"\n", *lines[4:]]))
+    before = stored_ids(tmp_path / "c.db")
+
+    refused = invoke(runner, "import", "--shards", config, bad)
+    assert refused.exit_code == 1
+    assert "already stored" not in refused.output and "seq" in refused.output
+    held = invoke(runner, "import", "--shards", config, valid)
+    assert held.exit_code == 1
+    assert f"session '{session_id}' is already stored (on shard '{older}')" in held.output
+    assert stored_ids(tmp_path / "c.db") == before
+
+
+def test_sharded_streamed_import_keeps_a_torn_tail_note(
+        tmp_path: Path, runner: CliRunner) -> None:
+    config = write_config(tmp_path, ("a", 0), ("b", 0))
+    shard_map = load_shard_map(config)
+    for name in ("a", "b"):
+        plant(tmp_path / f"{name}.db", f"seed-{name}")
+    session_id = find_id(shard_map, lambda c: c[0].name == "b")
+    log = write_log(tmp_path, session_id)
+    log.write_bytes(log.read_bytes() + b'{"type":"turn/st')
+    result = invoke(runner, "import", "--shards", config, log)
+    assert result.exit_code == 0, result.output
+    assert f"imported as session {session_id} on shard b ({len(BASIC.events)} events;" \
+        in result.output
+    assert "torn" in result.output
+    out = invoke(runner, "export", "--shards", config, session_id)
+    assert out.exit_code == 0
+    exported = tmp_path / "exported.jsonl"
+    exported.write_bytes(out.stdout_bytes)
+    assert read_log(exported).events == BASIC.events

@@ -52,7 +52,7 @@ from surfacelog.store.jsonl import prepare_import
 from surfacelog.store.replica import LitestreamNotFound, ReplicaError, RestoreRefused
 from surfacelog.store.replica import restore as restore_replica
 from surfacelog.store.sharded import ShardedStores
-from surfacelog.store.shards import ShardConfigError, ShardMap, load_shard_map
+from surfacelog.store.shards import Shard, ShardConfigError, ShardMap, load_shard_map
 from surfacelog.store.verify import verify_shards
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -110,6 +110,17 @@ async def _import_streamed(path: Path, max_line_bytes: int,
         stream = LogStream(path, max_line_bytes=max_line_bytes, runs=True)
     with stream:
         return await import_stream(store, stream, path, batches=_records(path, stream))
+
+
+async def _import_streamed_sharded(path: Path, max_line_bytes: int, stores: ShardedStores
+                                   ) -> tuple[Shard, StreamedImport] | None:
+    """``ShardedStores.import_stream`` of the file at ``path``, with ``_read``'s errors;
+    ``None`` when its home shard has no file yet (import it whole). Raises
+    ``_Unreadable``, ``LogError``, ``ShardFileError``, ``StoreError``."""
+    with _reading(path):
+        stream = LogStream(path, max_line_bytes=max_line_bytes, runs=True)
+    with stream:
+        return await stores.import_stream(stream, path, batches=_records(path, stream))
 
 
 class _NotASeq(SurfacelogError):
@@ -415,8 +426,9 @@ def import_(db: DbArg = None,
 
     Each file is read line by line (``--max-line-bytes``) and stored in one
     transaction, streamed (validated and inserted block by block: memory holds one
-    block, not the file; not with ``--legacy`` or ``--shards``): a file reported "not
-    imported" left nothing stored, and nothing of it
+    block, not the file; not with ``--legacy``, nor with ``--shards`` for the file that
+    creates its home shard, which is created only once the whole file is valid): a
+    file reported "not imported" left nothing stored, and nothing of it
     is written later (a failed commit, e.g. on a full disk, is not retried with the
     next file), so importing it again later stores it.
 
@@ -482,17 +494,32 @@ def import_(db: DbArg = None,
         streamed (memory: one block of the file; the file is read whole only to
         compare it with a session already stored under its id). Raises
         ``_Unreadable``, ``LogError``."""
-        if not isinstance(store, SqliteEventStore):
-            return await store_resumable(str(path), _read(path, False, max_line_bytes),
-                                         path, store)
         try:
-            done = await _import_streamed(path, max_line_bytes, store)
+            line = await streamed(path, store)
         except SessionExists as exc:
             return await stored_already(str(path), _read(path, False, max_line_bytes),
                                         path, store, exc)
+        if line is None:  # a new shard: created only once the whole file is valid
+            return await store_resumable(str(path), _read(path, False, max_line_bytes),
+                                         path, store)
+        return line, 0
+
+    async def streamed(path: Path, store: SqliteEventStore | ShardedStores) -> str | None:
+        """Import the file at ``path`` streamed (memory: one block of it); its report
+        line, or ``None`` when its home shard has no file yet. Raises ``_Unreadable``,
+        ``LogError``, ``SessionExists``, ``ShardFileError``, ``StoreError``."""
+        if isinstance(store, SqliteEventStore):
+            done = await _import_streamed(path, max_line_bytes, store)
+            where = ""
+        else:
+            sharded = await _import_streamed_sharded(path, max_line_bytes, store)
+            if sharded is None:
+                return None
+            home, done = sharded
+            where = f" on shard {home.name}"
         torn = f"; {done.torn}" if done.torn else ""
-        return (f"{path}: imported as session {done.header.id} ({done.events} "
-                f"events{torn})"), 0
+        return (f"{path}: imported as session {done.header.id}{where} ({done.events} "
+                f"events{torn})")
 
     async def import_root(root: Path, store: SqliteEventStore | ShardedStores) -> int:
         try:
@@ -544,12 +571,11 @@ def import_(db: DbArg = None,
         return status
 
     async def store_one(path: Path, store: SqliteEventStore | ShardedStores) -> str:
-        if isinstance(store, SqliteEventStore) and not legacy:
+        if not legacy:
             # Streamed: read, validated and stored block by block in one transaction.
-            done = await _import_streamed(path, max_line_bytes, store)
-            torn = f"; {done.torn}" if done.torn else ""
-            return (f"{path}: imported as session {done.header.id} ({done.events} "
-                    f"events{torn})")
+            line = await streamed(path, store)
+            if line is not None:
+                return line
         log = _read(path, legacy, max_line_bytes)
         return await store_log(str(path), log, path, store)
 

@@ -116,6 +116,35 @@ class StreamedImport(Struct, frozen=True):
     torn: str | None
 
 
+def stream_header(stream: LogStream, source: Path,
+                  batches: Iterable[Sequence[Event | PackedRun]] | None = None
+                  ) -> tuple[SessionHeader, Iterator[Sequence[Event | PackedRun]]]:
+    """The header ``import_stream`` stores the file ``stream`` reads as (its header
+    line's, else one made from the file's name and its first event), and the stream's
+    batches (``batches``: as the caller wraps them, by default the stream's own), the
+    first one read already when there is no header line. Raises what reading the
+    first batch raises."""
+    if batches is None:
+        batches = stream.records() if stream.runs else stream.batches()
+    items = iter(batches)
+    first: Sequence[Event | PackedRun] | None = None
+    if stream.header is None:  # the id is the file's, the time the first event's
+        first = next(items, None)
+    head = first[0] if first else None
+    header = _header(stream.header, head.event(0) if type(head) is PackedRun
+                     else cast("Event | None", head), source)
+    if first is not None:
+        items = chain([first], items)
+    return header, items
+
+
+def validated_stream(items: Iterable[Sequence[Event | PackedRun]]
+                     ) -> Iterator[Sequence[Event | PackedRun]]:
+    """``items``, each batch once the core found it valid (``LogCheck``: the checks of
+    ``replay``); raises the first invalid event's error once every batch was read."""
+    return _validated(items, LogCheck())
+
+
 async def import_stream(store: EventStore, stream: LogStream, source: Path, *,
                         batches: Iterable[Sequence[Event | PackedRun]] | None = None
                         ) -> StreamedImport:
@@ -132,16 +161,6 @@ async def import_stream(store: EventStore, stream: LogStream, source: Path, *,
 
     Raises ``surfacelog.schema.LogError`` (``DecodeError`` for a bad line), ``OSError``,
     ``SessionExists``, ``StoreError``."""
-    if batches is None:
-        batches = stream.records() if stream.runs else stream.batches()
-    items = iter(batches)
-    first: Sequence[Event | PackedRun] | None = None
-    if stream.header is None:  # the id is the file's, the time the first event's
-        first = next(items, None)
-    head = first[0] if first else None
-    header = _header(stream.header, head.event(0) if type(head) is PackedRun
-                     else cast("Event | None", head), source)
-    if first is not None:
-        items = chain([first], items)
-    stored = await store.create_streamed(header, _validated(items, LogCheck()))
+    header, items = stream_header(stream, source, batches)
+    stored = await store.create_streamed(header, validated_stream(items))
     return StreamedImport(header, stored, stream.notes.torn)

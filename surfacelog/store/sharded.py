@@ -11,18 +11,27 @@ shard (``ShardMap.candidates``) has said it does not hold the id.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
 from msgspec import Struct
 
-from surfacelog.schema.codec import LogFile
+from surfacelog.schema.codec import LogFile, LogStream
+from surfacelog.schema.dsh import PackedRun
 from surfacelog.schema.errors import InvalidArgument
-from surfacelog.schema.header import SessionHeader
+from surfacelog.schema.events import Event
+from surfacelog.schema.header import SessionHeader, check_header
 from surfacelog.store.base import EventStore, SessionInfo
 from surfacelog.store.errors import SessionExists, SessionNotFound, StoreError
-from surfacelog.store.jsonl import ExportFormat, export_session, prepare_import
+from surfacelog.store.jsonl import (
+    ExportFormat,
+    StreamedImport,
+    export_session,
+    prepare_import,
+    stream_header,
+    validated_stream,
+)
 from surfacelog.store.shards import Shard, ShardMap
 from surfacelog.store.sqlite import SqliteEventStore
 
@@ -251,6 +260,63 @@ class ShardedStores:
         except SessionExists as exc:
             raise SessionExists(f"{exc} (on shard {home.name!r})") from exc
         return home, header
+
+    async def import_stream(self, stream: LogStream, source: Path, *,
+                            batches: Iterable[Sequence[Event | PackedRun]] | None = None
+                            ) -> tuple[Shard, StreamedImport] | None:
+        """``import_stream`` onto the session's home shard, memory holding one block of
+        the file: with the same checks as ``import_log`` (no other candidate shard holds
+        the id, nothing created elsewhere) and its errors in ``import_stream``'s order
+        (the file's reading error, else its first invalid event, else the header, else
+        a shard that cannot be opened or holds the id). Returns ``None``, having read
+        nothing past the header, when the home shard's file does not exist yet: a
+        streamed import cannot know the file valid before it creates the shard, so the
+        caller imports that file whole (``import_log``), which creates the shard only
+        for a valid log.
+
+        Raises ``surfacelog.schema.LogError``, ``ShardFileError``, ``SessionExists``
+        naming the shard, ``StoreError``, ``OSError``. Nothing is stored when it
+        raises."""
+        header, items = stream_header(stream, source, batches)
+        home, *others = self.map.candidates(header.id)
+        if home.name not in self._stores and not Path(home.path).exists():
+            return None
+        refusal: Exception | None = None
+        for shard in others:
+            try:
+                if await holds(await self.store(shard), header.id):
+                    refusal = SessionExists(f"session {header.id!r} is already stored "
+                                            f"(on shard {shard.name!r})")
+                    break
+            except ShardFileError as exc:
+                refusal = ShardFileError(f"{exc}; it may hold session {header.id!r}, so "
+                                         f"it is not created on shard {home.name!r}")
+                break
+        checked = _refused_at_end(validated_stream(items), header, refusal)
+        try:
+            store = await self.store(home, create=True)  # it exists: opened for writing
+        except ShardFileError:
+            for _ in checked:  # the file's own errors first, as import_log's order has it
+                pass
+            raise
+        try:
+            stored = await store.create_streamed(header, checked)
+        except SessionExists as exc:
+            if exc is refusal:
+                raise
+            raise SessionExists(f"{exc} (on shard {home.name!r})") from exc
+        return home, StreamedImport(header, stored, stream.notes.torn)
+
+
+def _refused_at_end(batches: Iterator[Sequence[Event | PackedRun]], header: SessionHeader,
+                    refusal: Exception | None) -> Iterator[Sequence[Event | PackedRun]]:
+    """``batches``, then ``refusal`` (another shard's reason not to store the session)
+    raised after the file's own errors and its header's, which ``import_log`` reports
+    first."""
+    yield from batches
+    if refusal is not None:
+        check_header(header)
+        raise refusal
 
 
 __all__ = ["Misplaced", "SessionPage", "ShardFileError", "ShardedSession", "ShardedStores",
