@@ -162,9 +162,17 @@ class Session:
             except LogError as exc:
                 raise exc.with_prefix(f"invalid seed event at index {index}: ") from exc
         self.first_live_seq = len(self._log)
-        if not self._log or self._log[-1].type != END_SEED:
-            last_time = self._log[-1].time if self._log else clock()
-            self._commit(Event(type=END_SEED, seq=len(self._log), time=last_time, data={}))
+        self.mark_seed_end()
+
+    def mark_seed_end(self) -> Event | None:
+        """Append the seed marker (``session/end-seed``, at the last event's time) unless
+        the log already ends with one: what a seeded session adds before its first live
+        event. Returns the marker appended, if any. Raises ``SurfaceError``."""
+        if self._log and self._log[-1].type == END_SEED:
+            return None
+        last_time = self._log[-1].time if self._log else self._clock()
+        return self._commit(Event(type=END_SEED, seq=len(self._log), time=last_time,
+                                  data={}))
 
     # -- reading ---------------------------------------------------------------------
 

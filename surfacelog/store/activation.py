@@ -24,8 +24,7 @@ from msgspec import Struct
 from surfacelog.schema.errors import LogError
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
-from surfacelog.session import Session, interrupted_turn_closers, now_ms, replay
-from surfacelog.session.session import END_SEED
+from surfacelog.session import Session, interrupted_turn_closers, replay
 from surfacelog.store.rows import EncodedBatch, decode_rows, encode_batch
 from surfacelog.store.stored import (
     StoredSession,
@@ -67,10 +66,7 @@ def _seal(session: Session) -> tuple[Event, ...]:
     ``Session(seed)`` does: the seed marker (unless the log ends with one) and the
     closers of a turn a crash left open. Returns them. Raises ``LogError``."""
     n = len(session)
-    log = session.log
-    if not n or log[-1].type != END_SEED:
-        session.append_event(Event(type=END_SEED, seq=n, time=log[-1].time if n else now_ms(),
-                                   data={}))
+    session.mark_seed_end()
     for closer in interrupted_turn_closers(session.log):
         session.append_event(closer)
     return tuple(session.log[n:])

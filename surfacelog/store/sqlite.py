@@ -45,7 +45,7 @@ from surfacelog.store.scoped import (
     split_delta,
 )
 from surfacelog.store.stored import StoredSession
-from surfacelog.store.writer import CommitObserver, GroupWriter, NewSession
+from surfacelog.store.writer import CREATE_SESSION, CommitObserver, GroupWriter, NewSession
 
 Synchronous = Literal["FULL", "NORMAL"]
 T = TypeVar("T")
@@ -98,12 +98,6 @@ def _read_session(session_id: str, since_seq: int, limit: int, bump: bool,
     return scoped_sql.in_transaction(conn, "BEGIN IMMEDIATE" if bump else "BEGIN", work)
 
 
-_CREATE_SESSION: Final = (
-    "INSERT INTO sessions (id, header, created_at, writer_epoch, next_seq, last_time)"
-    " VALUES (?, ?, ?, 1, ?, ?)"
-)
-
-
 def _create_streamed(header: SessionHeader, header_json: str,
                      batches: Iterable[Sequence[Event | PackedRun]],
                      conn: sqlite3.Connection) -> int:
@@ -115,8 +109,8 @@ def _create_streamed(header: SessionHeader, header_json: str,
     sid = header.id
     if conn.in_transaction:  # a ROLLBACK of an earlier failed group failed too
         conn.execute("ROLLBACK")
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+
+    def work() -> int:
         exists = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone()
         stored, last_time = 0, None
         for batch in batches:
@@ -133,14 +127,11 @@ def _create_streamed(header: SessionHeader, header_json: str,
             last_time = encoded.last_time
         if exists is not None:
             raise SessionExists(f"session {sid!r} is already stored")
-        conn.execute(_CREATE_SESSION, (sid, header_json, header.created_at, stored,
-                                       last_time))
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return stored
+        conn.execute(CREATE_SESSION, (sid, header_json, header.created_at, stored,
+                                      last_time))
+        return stored
+
+    return scoped_sql.in_transaction(conn, "BEGIN IMMEDIATE", work)
 
 
 def _list_sessions(conn: sqlite3.Connection) -> list[SessionInfo]:

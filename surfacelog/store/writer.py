@@ -66,7 +66,7 @@ _ADVANCE = (
     "UPDATE sessions SET next_seq = ?, last_time = ?"
     " WHERE id = ? AND writer_epoch = ? AND next_seq = ?"
 )
-_CREATE = (
+CREATE_SESSION = (
     "INSERT INTO sessions (id, header, created_at, writer_epoch, next_seq, last_time)"
     " VALUES (?, ?, ?, 1, ?, ?)"
 )
@@ -224,7 +224,7 @@ def _create_session(conn: sqlite3.Connection, item: PendingBatch,
         return None
     if exists is not None:
         return SessionExists(f"session {item.session_id!r} is already stored")
-    conn.execute(_CREATE, (item.session_id, new.header_json, new.created_at,
+    conn.execute(CREATE_SESSION, (item.session_id, new.header_json, new.created_at,
                            len(item.batch.rows), item.batch.last_time))
     return None
 
