@@ -246,20 +246,32 @@ class ShardedStores:
         ``StoreError``. Nothing is stored when it raises."""
         header, events = prepare_import(log, source, legacy=legacy)
         home, *others = self.map.candidates(header.id)
-        for shard in others:
-            try:
-                store = await self.store(shard)
-            except ShardFileError as exc:
-                raise ShardFileError(f"{exc}; it may hold session {header.id!r}, so it is "
-                                     f"not created on shard {home.name!r}") from exc
-            if await holds(store, header.id):
-                raise SessionExists(f"session {header.id!r} is already stored "
-                                    f"(on shard {shard.name!r})")
+        refusal = await self._held_elsewhere(header.id, home, others)
+        if refusal is not None:
+            raise refusal
         try:
             await (await self.store(home, create=True)).create(header, events)
         except SessionExists as exc:
             raise SessionExists(f"{exc} (on shard {home.name!r})") from exc
         return home, header
+
+    async def _held_elsewhere(self, session_id: str, home: Shard, others: list[Shard]
+                              ) -> SessionExists | ShardFileError | None:
+        """Why ``session_id`` must not be created on ``home``: another candidate shard
+        (``others``, in lookup order) holds it, or cannot be opened, so might; ``None``
+        when none does. Raises ``StoreError`` (reading a shard)."""
+        for shard in others:
+            try:
+                store = await self.store(shard)
+            except ShardFileError as exc:
+                refused = ShardFileError(f"{exc}; it may hold session {session_id!r}, so "
+                                         f"it is not created on shard {home.name!r}")
+                refused.__cause__ = exc
+                return refused
+            if await holds(store, session_id):
+                return SessionExists(f"session {session_id!r} is already stored "
+                                     f"(on shard {shard.name!r})")
+        return None
 
     async def import_stream(self, stream: LogStream, source: Path, *,
                             batches: Iterable[Sequence[Event | PackedRun]] | None = None
@@ -281,17 +293,7 @@ class ShardedStores:
         home, *others = self.map.candidates(header.id)
         if home.name not in self._stores and not Path(home.path).exists():
             return None
-        refusal: Exception | None = None
-        for shard in others:
-            try:
-                if await holds(await self.store(shard), header.id):
-                    refusal = SessionExists(f"session {header.id!r} is already stored "
-                                            f"(on shard {shard.name!r})")
-                    break
-            except ShardFileError as exc:
-                refusal = ShardFileError(f"{exc}; it may hold session {header.id!r}, so "
-                                         f"it is not created on shard {home.name!r}")
-                break
+        refusal = await self._held_elsewhere(header.id, home, others)
         checked = _refused_at_end(validated_stream(items), header, refusal)
         try:
             store = await self.store(home, create=True)  # it exists: opened for writing
