@@ -60,28 +60,26 @@ async def _reopen_surfacelog(path: Path) -> list[Any]:
         await session.close()
 
 
-async def _reopen_adk_sdk(path: Path) -> list[Any]:
-    from google.adk.sessions.sqlite_session_service import SqliteSessionService
-
-    service = SqliteSessionService(str(path))
+async def _reopen_adk(service: Any) -> list[Any]:
+    """The benchmark session's events through an ADK session service, then close it."""
     try:
         got = await service.get_session(app_name="bench", user_id="u", session_id="s")
         assert got is not None
         return list(got.events)
     finally:
         await service.close()
+
+
+async def _reopen_adk_sdk(path: Path) -> list[Any]:
+    from google.adk.sessions.sqlite_session_service import SqliteSessionService
+
+    return await _reopen_adk(SqliteSessionService(str(path)))
 
 
 async def _reopen_adk_surfacelog(path: Path) -> list[Any]:
     from surfacelog.integrations.adk import SurfacelogSessionService
 
-    service = SurfacelogSessionService(path=path)
-    try:
-        got = await service.get_session(app_name="bench", user_id="u", session_id="s")
-        assert got is not None
-        return list(got.events)
-    finally:
-        await service.close()
+    return await _reopen_adk(SurfacelogSessionService(path=path))
 
 
 Reopen = Callable[[Path], Awaitable[list[Any]]]
