@@ -17,11 +17,16 @@ lint: $(STAMP)
 	$(BIN)/ruff check surfacelog tests benchmarks
 	$(BIN)/mypy --strict surfacelog
 
+# Both cores: two workers, each with its own local Ray; tests marked with one
+# xdist_group run on the same worker, one after another (see tests/conftest.py).
+PYTEST_PARALLEL ?= -n 2 --dist loadgroup
+PYTEST_REPORT ?= --durations=25
+
 test: lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) $(PYTEST_REPORT) $(TESTS)
 
 test-slow: $(STAMP)
-	$(BIN)/pytest -q -m slow
+	$(BIN)/pytest -q -m slow $(PYTEST_REPORT)
 
 run: $(STAMP)
 	$(BIN)/surfacelog run

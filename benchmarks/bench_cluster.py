@@ -4,7 +4,7 @@ figure beside a baseline measured in the same run, printed as a ratio.
     python benchmarks/bench_cluster.py [--quick] [--only a,b,c] [--max-sessions 100000]
 
 Ray's own multi-node harness (``ray.cluster_utils.Cluster``, as in
-``tests/cluster_scenario.py``) starts, in this process, a head node, one worker node per
+``tests/support/cluster_scenario.py``) starts, in this process, a head node, one worker node per
 shard offering the custom resource ``surfacelog_shard_sK`` (the shard's writer and, by
 default, its session actors run there) and one node offering ``surfacelog_sessions``
 (for session actors placed off their shard's node: ``HostingConfig(colocate=False)``).
@@ -33,7 +33,7 @@ d. activation of new sessions in those waves (``--wave`` concurrent creations, e
    the rate of one durable append of a session already active (same run).
 
 The last line is ``BENCH_CLUSTER_JSON`` and one JSON object: every figure by key (what
-``tests/test_bench_cluster_smoke.py`` checks).
+``tests/benchmarks/test_bench_cluster.py`` checks).
 """
 
 from __future__ import annotations

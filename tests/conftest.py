@@ -1,16 +1,57 @@
-"""Shared fixtures: one local Ray for the whole test session."""
+"""Shared fixtures: one local Ray per test process; how ``make test`` spreads the suite
+over two workers (pytest-xdist), and which tests share one."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+
+SERIAL_GROUPS: dict[str, tuple[str, ...]] = {
+    # Each starts several raylets of its own (ray.cluster_utils.Cluster or run
+    # --local-nodes): two at once on this 2-core machine would stretch every outage
+    # and recovery they time, so they run one after another on one worker while the
+    # other worker takes the rest of the suite.
+    "multinode": (
+        "tests/cluster/test_node_removed_and_added.py",
+        "tests/cluster/test_colocation.py",
+        "tests/cluster/test_disk_loss_restore.py",
+        "tests/cluster/test_load_run_multinode.py",
+        "tests/benchmarks/test_bench_cluster.py",
+    ),
+}
+"""Modules whose tests run on one worker, one after another, by group name. Named by
+path here, not by ``xdist_group`` marks: xdist's ``loadgroup`` finds those marks by
+rewriting a test's node id on the worker, which pytest 9.2 no longer reads, and the
+scheduler (in the controlling process) sees node ids only."""
+
+_GROUP_OF = {module: group for group, modules in SERIAL_GROUPS.items() for module in modules}
+
+
+def serial_group(nodeid: str) -> str | None:
+    """The group of the test ``nodeid`` (``tests/x/test_y.py::test_z[...]``), if any."""
+    return _GROUP_OF.get(nodeid.split("::", 1)[0])
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``-n N``: each test its own unit of work (as ``--dist load``), but for the
+    tests of one of ``SERIAL_GROUPS``, which go to one worker together; the largest
+    unit (a group) is handed out first, so it does not end the run alone."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SerialGroups(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return serial_group(nodeid) or nodeid
+
+    return SerialGroups(config, log)
 
 
 @pytest.fixture(scope="session")
 def ray_local() -> Iterator[None]:
-    """``ray.init(num_cpus=2)`` once per test session, shut down at the end."""
+    """``ray.init(num_cpus=2)`` once per test process (each xdist worker has its own),
+    shut down at the end."""
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     import ray
 

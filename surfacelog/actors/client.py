@@ -78,8 +78,9 @@ def local_ray_on_loopback() -> None:
     IP unless its switch ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` says no cluster is being
     formed; that switch is read once, when ``ray`` is imported, so it is set both in the
     environment (for the processes Ray spawns) and on the already imported constant.
-    ``tests/test_security.py`` checks every listening socket of the local Ray, so a Ray
-    release that moves the switch fails there. Does nothing when the caller set it."""
+    ``tests/actors/test_local_ray_loopback.py`` checks every listening socket of the
+    local Ray, so a Ray release that moves the switch fails there. Does nothing when the
+    caller set it."""
     if "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" in os.environ:
         return
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"

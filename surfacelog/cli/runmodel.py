@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 # The actors' own Placement and Durability, spelled here as values because typer needs
 # the choices at run time and importing surfacelog.actors starts by importing Ray, which
 # the offline commands must not pay for. mypy checks that these fit where the actors take
-# theirs, and tests/test_run.py that the two spellings hold the same choices.
+# theirs, and tests/cli/test_load_run.py that the two spellings hold the same choices.
 Placement = Literal["packed", "dedicated"]
 Durability = Literal["durable", "buffered"]
 Writer = Literal["journal", "owner"]

@@ -1,7 +1,7 @@
 """The gateway's OpenAPI document, as checked into ``deploy/openapi.json``.
 
 ``python -m surfacelog.gateway.openapi [FILE]`` writes it (stdout by default); the
-served one (``GET /openapi.json``) must equal it (``tests/test_gateway.py``). Needs no
+served one (``GET /openapi.json``) must equal it (``tests/gateway/test_http_gateway.py``). Needs no
 Ray: the app is built over a client that is never called.
 """
 

@@ -89,7 +89,7 @@ SURFACE_ELIGIBLE_TYPES: Final = frozenset(
 # ``Session.append`` and ``SessionHandle.append`` are overloaded on these, so that mypy
 # refuses a surface type without its ``surface_op``, a replace without its
 # ``source_event_seqs``, and a marker on a log-only type, before anything runs (the
-# session still checks every rule at run time). tests/test_typed_append.py checks that
+# session still checks every rule at run time). tests/session/test_typed_append.py checks that
 # they spell the registry's names.
 
 SurfaceType = Literal["user/message", "context/message", "assistant/message",

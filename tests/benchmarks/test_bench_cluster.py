@@ -1,0 +1,51 @@
+"""Smoke test of benchmarks/bench_cluster.py: its ``--quick`` run on a real multi-node
+cluster, in a child process (this one may hold the suite's local Ray), must print a
+well-formed report with every figure present. No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+from support import paths
+
+BENCH = paths.BENCHMARKS / "bench_cluster.py"
+PREFIX = "BENCH_CLUSTER_JSON "
+
+
+def test_quick_run_prints_every_figure() -> None:
+    proc = subprocess.run([sys.executable, str(BENCH), "--quick"], cwd=BENCH.parent.parent,
+                          capture_output=True, text=True, timeout=600, check=False)
+    tail = f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n" \
+        f"{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, tail
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(PREFIX)]
+    assert len(lines) == 1, tail
+    report = json.loads(lines[0][len(PREFIX):])
+    figures = report["figures"]
+    expected = {f"a.{writer}.{shards}.{figure}"
+                for writer in ("journal", "owner") for shards in (1, 2, 4)
+                for figure in ("events_per_s", "p50_ms", "p99_ms", "writer_cpu_per_1k",
+                               "writer_net_cpu_per_1k", "all_cpu_per_1k",
+                               "all_net_cpu_per_1k", "events_per_commit")}
+    expected |= {f"a.journal.{shards}.session_cpu_per_1k" for shards in (1, 2, 4)}
+    expected |= {"b.latency_p50_ms", "b.latency_p99_ms", "b.cpu_ms_per_append",
+                 "c.sessions_held", "d.sessions_per_s"}
+
+    assert expected <= set(figures), sorted(expected - set(figures))
+    assert any(k.startswith("c.uss_kb_per_added_session.") for k in figures)
+    assert any(k.startswith("c.rss_kb_per_session.") for k in figures)
+    for key, figure in figures.items():
+        assert math.isfinite(figure["value"]), key
+        # A net-of-idle figure may come out below zero on a tiny run: it is a difference.
+        assert figure["value"] >= 0 or "_net_" in key, key
+        if key != "c.sessions_held":
+            assert figure["baseline"] and figure["ratio"] is not None, key
+    assert figures["c.sessions_held"]["value"] > 0
+    assert all(report["facts"]["b.placement"].values()), report["facts"]
+    assert report["facts"]["auth"] == "token"
+    # The markdown table names every section.
+    table = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
+    assert {line.split("|")[1].strip() for line in table[2:]} == {"a", "b", "c", "d"}

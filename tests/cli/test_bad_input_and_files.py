@@ -1,0 +1,474 @@
+"""Issue 12, the command line: no user mistake destroys data, every bad input or bad
+file is one line (never a traceback), data never reaches the terminal as markup or
+escapes, read-only commands open read-only, and Ctrl-C ends with exit 130.
+
+Real files and real filesystems: a size-limited tmpfs for a full disk and a read-only
+bind mount need root (``mount``); those tests are skipped without it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+from typer.testing import CliRunner, Result
+
+from surfacelog.cli import app
+from surfacelog.cli.outputs import OutputError, check_output, write_atomic
+from surfacelog.cli.render import clean
+from surfacelog.schema.limits import MAX_NESTING
+
+from support import paths
+from support.shared_examples import EXAMPLES
+
+VALID = sorted(p for p in EXAMPLES.glob("*.jsonl") if not p.name.startswith("invalid"))
+REPO = paths.REPO
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def no_traceback(result: Result) -> None:
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        repr(result.exception), result.output)
+    assert "Traceback" not in result.output
+
+
+def imported(tmp_path: Path, runner: CliRunner, name: str = "s.db") -> Path:
+    db = tmp_path / name
+    result = runner.invoke(app, ["import", str(db), *map(str, VALID)])
+    assert result.exit_code == 0, result.output
+    return db
+
+
+@contextlib.contextmanager
+def mounted(target: Path, *options: str) -> Iterator[None]:
+    target.mkdir(parents=True, exist_ok=True)
+    try:
+        subprocess.run(["mount", *options, str(target)], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"cannot mount here: {exc}")
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "-l", str(target)], check=False, capture_output=True)
+
+
+# -- 1. outputs ------------------------------------------------------------------------
+
+
+def test_export_never_writes_over_its_database(tmp_path: Path, runner: CliRunner) -> None:
+    db = imported(tmp_path, runner)
+    before = db.read_bytes()
+    session = VALID[0].stem
+    for target in (db, Path(f"{db}-wal"), Path(f"{db}-shm"), tmp_path / "." / "s.db"):
+        for extra in ([], ["--force"]):
+            result = runner.invoke(app, ["export", str(db), session, "-o", str(target),
+                                         *extra])
+            assert result.exit_code == 2, result.output
+            assert "refusing to write" in result.output
+    link = tmp_path / "link.db"
+    link.symlink_to(db)
+    result = runner.invoke(app, ["export", str(db), session, "-o", str(link), "--force"])
+    assert result.exit_code == 2
+    other = imported(tmp_path, runner, "other.db")
+    result = runner.invoke(app, ["export", str(db), session, "-o", str(other), "--force"])
+    assert result.exit_code == 2 and "SQLite database" in result.output
+    assert db.read_bytes() == before
+    verified = runner.invoke(app, ["verify", str(db)])
+    assert verified.exit_code == 0 and f"{len(VALID)} session(s) checked" in verified.output
+
+
+def test_export_refuses_an_existing_file_unless_forced(tmp_path: Path,
+                                                       runner: CliRunner) -> None:
+    db = imported(tmp_path, runner)
+    out = tmp_path / "notes.txt"
+    out.write_text("keep me")
+    session = VALID[0].stem
+    result = runner.invoke(app, ["export", str(db), session, "-o", str(out)])
+    assert result.exit_code == 2 and "--force" in result.output
+    assert out.read_text() == "keep me"
+    result = runner.invoke(app, ["export", str(db), session, "-o", str(out), "--force"])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes().startswith(b'{"type":"session"')
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_output_rules_and_atomic_write(tmp_path: Path) -> None:
+    with pytest.raises(OutputError, match="directory"):
+        check_output(tmp_path, force=True)
+    with pytest.raises(OutputError, match="no directory"):
+        check_output(tmp_path / "missing" / "x.jsonl")
+    target = tmp_path / "x.jsonl"
+    write_atomic(target, [b"a", b"b"])
+    assert target.read_bytes() == b"ab"
+
+
+def test_a_full_disk_leaves_no_partial_output(tmp_path: Path) -> None:
+    small = tmp_path / "small"
+    with mounted(small, "-t", "tmpfs", "-o", "size=64k", "tmpfs"):
+        out = small / "out.jsonl"
+        out.write_bytes(b"old")
+        with pytest.raises(OutputError, match="left as it was") as info:
+            write_atomic(check_output(out, force=True), b"x" * (1 << 20))
+        assert not info.value.refused
+        assert out.read_bytes() == b"old"
+        assert [p.name for p in small.iterdir()] == ["out.jsonl"]
+
+
+# -- 2. import on a full disk ----------------------------------------------------------
+
+
+def _big_log(path: Path, events: int, text: int, fill: bytes = b"y") -> Path:
+    lines = [(b'{"type":"session","version":0,"id":"%s","createdAt":1,'
+              b'"delegationDepth":0}' % path.stem.encode())]
+    lines += [b'{"type":"x/note","seq":%d,"time":1,"data":{"t":"%s"},"ignorable":true}'
+              % (k, fill * text) for k in range(events)]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+def test_import_on_a_full_disk_reports_what_is_stored(tmp_path: Path,
+                                                      runner: CliRunner) -> None:
+    disk = tmp_path / "disk"
+    big = _big_log(tmp_path / "big.jsonl", 400, 4000)  # ~1.6 MB
+    small = _big_log(tmp_path / "small.jsonl", 3, 10)
+    with mounted(disk, "-t", "tmpfs", "-o", "size=600k", "tmpfs"):
+        db = disk / "s.db"
+        result = runner.invoke(app, ["import", str(db), str(big), str(small)])
+        no_traceback(result)
+        assert result.exit_code == 1
+        assert f"{big}: not imported" in result.output
+        assert "imported as session small" in result.output
+        listed = runner.invoke(app, ["digest", str(db), "--json"])
+        assert listed.exit_code == 0, listed.output
+        assert list(msgspec.json.decode(listed.stdout)) == ["small"]
+        subprocess.run(["mount", "-o", "remount,size=16m", str(disk)], check=True)
+        again = runner.invoke(app, ["import", str(db), str(big)])
+        assert again.exit_code == 0, again.output
+        assert "imported as session big (400 events)" in again.output
+        listed = runner.invoke(app, ["verify", str(db)])
+        assert listed.exit_code == 0 and "2 session(s) checked, 0 failed" in listed.output
+
+
+def _file_size_limit(limit: int) -> None:
+    """In the child, before exec: files may not grow past ``limit`` bytes; a write
+    past it fails with EFBIG (SIGXFSZ ignored) as on a full disk."""
+    import resource
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def test_import_past_a_file_size_limit_reports_what_is_stored(tmp_path: Path) -> None:
+    """The same without root: ``RLIMIT_FSIZE`` in the importing process makes SQLite's
+    writes fail for real."""
+    big = _big_log(tmp_path / "big.jsonl", 400, 4000)
+    small = _big_log(tmp_path / "small.jsonl", 3, 10)
+    db = tmp_path / "s.db"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cli = [sys.executable, "-m", "surfacelog.cli"]
+    done = subprocess.run([*cli, "import", str(db), str(big), str(small)], env=env,
+                          capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: _file_size_limit(600 * 1024))
+    assert "Traceback" not in done.stderr
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"{big}: not imported" in done.stderr
+    assert "imported as session small" in done.stdout
+    listed = subprocess.run([*cli, "digest", str(db), "--json"], env=env,
+                            capture_output=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert list(msgspec.json.decode(listed.stdout)) == ["small"]
+    again = subprocess.run([*cli, "import", str(db), str(big)], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "imported as session big (400 events)" in again.stdout
+
+
+# -- 3, 4. nesting and line limits in the commands ------------------------------------
+
+
+def _deep_file(tmp_path: Path, depth: int) -> Path:
+    path = tmp_path / "deep.jsonl"
+    path.write_bytes(b'{"type":"x/y","seq":0,"time":1,"data":' + b"[" * depth
+                     + b"]" * depth + b',"ignorable":true}\n')
+    return path
+
+
+@pytest.mark.parametrize("depth", [MAX_NESTING + 1, 1000, 100_000])
+def test_deep_json_is_one_line_in_fold_repair_import(tmp_path: Path, runner: CliRunner,
+                                                     depth: int) -> None:
+    path = _deep_file(tmp_path, depth)
+    folded = runner.invoke(app, ["fold", "--json", str(path)])
+    no_traceback(folded)
+    assert msgspec.json.decode(folded.stdout)["rule"] == "nesting"
+    repaired = runner.invoke(app, ["repair", str(path)])
+    no_traceback(repaired)
+    assert repaired.exit_code == 1 and "invalid log (nesting)" in repaired.output
+    stored = runner.invoke(app, ["import", str(tmp_path / "s.db"), str(path)])
+    no_traceback(stored)
+    assert stored.exit_code == 1 and "nesting limit is 128" in stored.output
+
+
+def test_read_side_commands_survive_deep_stored_data(tmp_path: Path,
+                                                     runner: CliRunner) -> None:
+    """Data nested 975 deep, stored by an older build: that session is reported as
+    unreadable and every command goes on with the others."""
+    db = imported(tmp_path, runner)
+    victim = VALID[0].stem
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("UPDATE events SET data = ? WHERE session_id = ? AND seq = 0",
+                 ("[" * 975 + "]" * 975, victim))
+    conn.close()
+    verified = runner.invoke(app, ["verify", str(db)])
+    no_traceback(verified)
+    assert verified.exit_code == 1
+    assert f"FAIL session {victim} seq 0:" in verified.output and "nesting limit" in \
+        verified.output
+    assert f"{len(VALID)} session(s) checked, 1 failed" in verified.output
+    digested = runner.invoke(app, ["digest", str(db), "--json"])
+    no_traceback(digested)
+    assert digested.exit_code == 1
+    assert sorted(msgspec.json.decode(digested.stdout)) == sorted(
+        p.stem for p in VALID[1:])
+    table = runner.invoke(app, ["digest", str(db)])
+    no_traceback(table)
+    assert table.exit_code == 1 and VALID[1].stem in table.output
+    listed = runner.invoke(app, ["inspect", str(db)])
+    no_traceback(listed)
+    assert listed.exit_code == 1 and "unreadable" in listed.output
+    assert VALID[1].stem in listed.output
+    one = runner.invoke(app, ["inspect", str(db), victim])
+    no_traceback(one)
+    assert one.exit_code == 1 and "cannot be read" in one.output
+    exported = runner.invoke(app, ["export", str(db), victim])
+    no_traceback(exported)
+    assert exported.exit_code == 1
+    assert runner.invoke(app, ["export", str(db), VALID[1].stem]).exit_code == 0
+
+
+def test_dev_zero_and_long_lines_are_one_line(tmp_path: Path, runner: CliRunner) -> None:
+    for command in (["fold"], ["repair"], ["import", str(tmp_path / "s.db")]):
+        result = runner.invoke(app, [*command, "--max-line-bytes", "65536", "/dev/zero"])
+        no_traceback(result)
+        assert result.exit_code == 2, result.output
+        assert "/dev/zero: line 1 is longer than 65536 bytes" in result.output
+    path = tmp_path / "long.jsonl"
+    path.write_bytes(VALID[0].read_bytes() + b'"' + b"x" * 5000 + b'"\n')
+    result = runner.invoke(app, ["fold", "--max-line-bytes", "4096", str(path)])
+    assert result.exit_code == 2 and "is longer than 4096 bytes" in result.output
+    assert runner.invoke(app, ["fold", str(VALID[0])]).exit_code == 0
+
+
+# -- 5. terminal safety ----------------------------------------------------------------
+
+HOSTILE = ["[/x]", "[bold red]PWN[/bold red]", "clear\x1b[2Jscreen", "bidi\u202eevil"]
+
+
+def _log_with_id(tmp_path: Path, session_id: str, name: str) -> Path:
+    header = msgspec.json.encode({"type": "session", "version": 0, "id": session_id,
+                                  "createdAt": 1, "delegationDepth": 0})
+    path = tmp_path / name
+    text = "hi [bold]x[/bold] \x1b[31mred\x1b[0m"
+    user = {"type": "user/message", "seq": 0, "time": 1, "surfaceOp": "append",
+            "data": {"id": "u-1", "role": "user", "source": {"kind": "user"},
+                     "content": [{"type": "text", "text": text}]}}
+    path.write_bytes(header + b"\n" + msgspec.json.encode(user) + b"\n")
+    return path
+
+
+def test_data_never_reaches_the_terminal_as_markup_or_escapes(tmp_path: Path,
+                                                               runner: CliRunner) -> None:
+    db = tmp_path / "s.db"
+    files = [_log_with_id(tmp_path, sid, f"log{k}.jsonl") for k, sid in enumerate(HOSTILE)]
+    (tmp_path / "[").mkdir()
+    files.append(_log_with_id(tmp_path, "plain", "[/oops].jsonl"))
+    result = runner.invoke(app, ["import", str(db), *map(str, files)])
+    no_traceback(result)
+    assert result.exit_code == 0, result.output
+    outputs = [result.output]
+    for args in (["inspect", str(db)], ["digest", str(db)], ["verify", str(db)],
+                 ["fold", *map(str, files)], ["inspect", str(db), HOSTILE[0]],
+                 ["inspect", str(db), HOSTILE[1]], ["inspect", str(db), HOSTILE[2]],
+                 ["repair", str(files[2])]):
+        out = runner.invoke(app, args)
+        no_traceback(out)
+        assert out.exit_code == 0, (args, out.output)
+        outputs.append(out.output)
+    everything = "\n".join(outputs)
+    assert "\x1b" not in everything and "\u202e" not in everything
+    assert "[/x]" in everything and "[bold red]PWN[/bold red]" in everything
+    assert "[/oops].jsonl" in everything and "clear\\x1b[2Jscreen" in everything
+    # stored data is not changed: only what is printed
+    exported = runner.invoke(app, ["export", str(db), HOSTILE[2]])
+    assert b"clear\\u001b[2Jscreen" in exported.stdout_bytes
+
+
+def test_clean_shows_controls_as_escapes() -> None:
+    assert clean("a\x1b[2J\x07\x9b\u202e\nb") == "a\\x1b[2J\\x07\\x9b\\u202e\\x0ab"
+    assert clean("plain é ✓") == "plain é ✓"
+
+
+# -- 6, 7. unreadable pages, read-only, missing and foreign files ----------------------
+
+
+def _store_with_pages(tmp_path: Path, runner: CliRunner) -> Path:
+    db = tmp_path / "pages.db"
+    # rows of ~800 bytes: no overflow pages (an index b-tree's interior cells copy whole
+    # rows of a WITHOUT ROWID table), each session on leaf pages of its own
+    logs = [_big_log(tmp_path / f"{name}.jsonl", 60, 200, name.encode() * 4)
+            for name in ("a", "b", "c")]
+    assert runner.invoke(app, ["import", str(db), *map(str, logs)]).exit_code == 0
+    return db
+
+
+def test_verify_reports_each_unreadable_session_and_goes_on(tmp_path: Path,
+                                                            runner: CliRunner) -> None:
+    db = _store_with_pages(tmp_path, runner)
+    conn = sqlite3.connect(db)
+    (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+    conn.close()
+    content = bytearray(db.read_bytes())
+    # the leaf pages holding only session b's rows but the first (a scan of a's rows
+    # reads on to the first of b's to see where a's end): their page type broken,
+    # which only reading b's rows comes across
+    broken = 0
+    only_b = [start for start in range(page_size, len(content), page_size)
+              if content[start] == 0x0A and b"bbbbbbbb" in content[start:start + page_size]
+              and b"aaaaaaaa" not in content[start:start + page_size]
+              and b"cccccccc" not in content[start:start + page_size]]
+    for start in only_b[1:]:
+        content[start] = 0xFF
+        broken += 1
+    assert broken
+    db.write_bytes(bytes(content))
+    result = runner.invoke(app, ["verify", str(db)])
+    no_traceback(result)
+    assert result.exit_code == 1, result.output
+    assert "3 session(s) checked" in result.output
+    assert "FAIL session b" in result.output
+    assert "FAIL session a" not in result.output
+    for line in result.output.splitlines():
+        assert len(line) < 2000 and "\x00" not in line
+
+
+def test_read_only_commands_never_create_or_write(tmp_path: Path, runner: CliRunner) -> None:
+    absent = tmp_path / "typo.db"
+    for args in (["inspect", str(absent)], ["digest", str(absent)],
+                 ["verify", str(absent)], ["export", str(absent), "x"],
+                 ["inspect", str(absent), "x"]):
+        result = runner.invoke(app, args)
+        no_traceback(result)
+        assert result.exit_code == 2, (args, result.output)
+        assert f"no database at {absent}" in result.output
+        assert len(result.output.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_read_only_commands_read_a_read_only_mount(tmp_path: Path,
+                                                   runner: CliRunner) -> None:
+    (tmp_path / "src").mkdir()
+    db = imported(tmp_path / "src", runner)
+    view = tmp_path / "view"
+    with mounted(view, "--bind", str(db.parent)):
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(view)], check=True)
+        ro = view / db.name
+        for args in (["inspect", str(ro)], ["digest", str(ro)], ["verify", str(ro)],
+                     ["export", str(ro), VALID[0].stem], ["inspect", str(ro), VALID[0].stem]):
+            result = runner.invoke(app, args)
+            no_traceback(result)
+            assert result.exit_code == 0, (args, result.output)
+
+
+def _future(path: Path) -> Path:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    return path
+
+
+@pytest.mark.parametrize("kind", ["foreign", "future", "truncated", "tampered", "text",
+                                  "empty"])
+def test_bad_files_are_one_line(tmp_path: Path, runner: CliRunner, kind: str) -> None:
+    db = imported(tmp_path, runner)
+    if kind == "foreign":
+        db.unlink()
+        conn = sqlite3.connect(db)
+        conn.execute("CREATE TABLE t (x)")
+        conn.close()
+    elif kind == "future":
+        _future(db)
+    elif kind == "truncated":
+        data = db.read_bytes()
+        db.write_bytes(data[: len(data) // 2])
+    elif kind == "tampered":
+        data = bytearray(db.read_bytes())
+        for k in range(4096 + 100, len(data), 997):
+            data[k] = 0xA5
+        db.write_bytes(bytes(data))
+    elif kind == "text":
+        db.write_text("hello\n")
+    else:
+        db.write_bytes(b"")
+    before = db.read_bytes()
+    for args in (["inspect", str(db)], ["digest", str(db)], ["verify", str(db)],
+                 ["export", str(db), VALID[0].stem], ["inspect", str(db), VALID[0].stem],
+                 ["digest", str(db), "--json"]):
+        result = runner.invoke(app, args)
+        no_traceback(result)
+        assert result.exit_code in (1, 2), (args, result.output)
+    assert db.read_bytes() == before
+
+
+# -- 9. Ctrl-C ---------------------------------------------------------------------------
+
+
+def test_repeated_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    # fold reads a pipe that a writer keeps feeding, so it is surely still reading when
+    # the signals come, however fast the machine.
+    pipe = tmp_path / "endless.jsonl"
+    os.mkfifo(pipe)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "surfacelog.cli", "fold", str(pipe)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stop = threading.Event()
+    fed = threading.Event()
+
+    def feed() -> None:
+        with contextlib.suppress(BrokenPipeError), pipe.open("wb") as out:
+            seq = 0
+            while not stop.is_set():
+                out.write(b'{"type":"x/note","seq":%d,"time":1,"data":{},"ignorable":true}\n'
+                          % seq)
+                out.flush()
+                seq += 1
+                if seq == 1000:
+                    fed.set()
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    try:
+        assert fed.wait(60), "fold never read its input"
+        assert proc.poll() is None
+        for _ in range(5):
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.02)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        stop.set()
+        proc.kill()
+        writer.join(10)
+    assert proc.returncode == 130, err
+    assert b"Traceback" not in err
+    assert err.decode().strip() == "surfacelog: interrupted"

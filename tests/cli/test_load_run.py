@@ -1,0 +1,268 @@
+"""The main job end to end (``surfacelog run``), ``inspect`` and the HTML report."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import get_args, get_type_hints
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from surfacelog.actors import config as hosting
+from surfacelog.actors import protocol
+from surfacelog.actors.script import ScriptConfig
+from surfacelog.cli import app, live, runmodel
+from surfacelog.cli.runmodel import RunConfig
+
+from support.shared_examples import EXAMPLES
+
+runner = CliRunner()
+
+
+def test_run_options_are_run_config_fields() -> None:
+    """Each option of ``run`` is a RunConfig field with the field's default: one place
+    to spell them."""
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    params = {p.name: p for p in group.commands["run"].params if p.name != "help"}
+    fields = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    assert {name: p.default for name, p in params.items()} == fields
+    flags = {opt for p in params.values() for opt in p.opts}
+    assert {"--sessions", "--turns", "--placement", "--packs", "--drivers", "--compact-at",
+            "--prune-over", "--durability", "--mode", "--db", "--address", "--report",
+            "--seed", "--kill-every", "--kill-journal", "--json", "--writer",
+            "--local-nodes", "--shards", "--kill-node-every", "--node-down",
+            "--summariser", "--via", "--force", "--replica", "--kill-disk-every"} == flags
+
+
+def test_run_builds_one_run_config_from_its_options(monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    seen: list[RunConfig] = []
+
+    def run_live(cfg: RunConfig) -> int:
+        seen.append(cfg)
+        return 0
+
+    monkeypatch.setattr(live, "run_live", run_live)
+    assert runner.invoke(app, ["run"]).exit_code == 0
+    args = ["run", "--sessions", "3", "--turns", "2", "--placement", "dedicated",
+            "--durability", "buffered", "--mode", "chunk", "--db", str(tmp_path / "r.db"),
+            "--report", str(tmp_path / "r.html"), "--kill-every", "0.5", "--kill-journal",
+            "--json"]
+    assert runner.invoke(app, args).exit_code == 0
+    assert seen == [RunConfig(), RunConfig(
+        sessions=3, turns=2, placement="dedicated", durability="buffered", mode="chunk",
+        db=tmp_path / "r.db", report=tmp_path / "r.html", kill_every_s=0.5,
+        kill_journal=True, as_json=True)]
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("--placement", "spread"), ("--durability", "sometimes"), ("--mode", "stream"),
+    ("--packs", "0"), ("--kill-every", "-1")])
+def test_run_refuses_a_bad_option_with_a_usage_error(monkeypatch: pytest.MonkeyPatch,
+                                                     option: str, value: str) -> None:
+    monkeypatch.setattr(live, "run_live", lambda cfg: pytest.fail("ran"))
+    result = runner.invoke(app, ["run", option, value])
+    assert result.exit_code == 2
+    assert isinstance(result.exception, SystemExit)
+    assert f"Invalid value for '{option}'" in result.output
+    assert "Usage:" in result.output and "Traceback" not in result.output
+
+
+def test_run_choices_are_the_ones_the_actors_take() -> None:
+    """runmodel spells the actors' choices again, as typer needs them without Ray."""
+    assert set(get_args(runmodel.Placement)) == set(get_args(protocol.Placement))
+    assert set(get_args(runmodel.Durability)) == set(get_args(protocol.Durability))
+    assert set(get_args(runmodel.Writer)) == set(get_args(hosting.Writer))
+    assert set(get_args(runmodel.WriterChoice)) == {"auto", *get_args(hosting.Writer)}
+
+
+@pytest.mark.parametrize(("placement", "writer"), [("packed", "owner"),
+                                                    ("dedicated", "journal")])
+def test_auto_writer_is_owner_when_packed(placement: str, writer: str) -> None:
+    config = RunConfig(placement=placement)  # type: ignore[arg-type]
+    assert config.writer == "auto" and config.hosting_writer == writer
+    assert RunConfig(placement=placement, writer="journal").hosting_writer == "journal"
+    mode = get_type_hints(ScriptConfig)["mode"]
+    assert set(get_args(runmodel.AppendMode)) == set(get_args(mode))
+
+
+def run_json(db: Path, *extra: str) -> dict:  # type: ignore[type-arg]
+    result = runner.invoke(app, ["run", "--db", str(db), "--json", *extra])
+    assert result.exit_code == 0, result.output
+    line = [s for s in result.stdout.splitlines() if s.startswith("{")][-1]
+    return json.loads(line)  # type: ignore[no-any-return]
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_run_reports_consistent_figures_and_verifies(tmp_path: Path) -> None:
+    db = tmp_path / "run.db"
+    html = tmp_path / "report.html"
+    report = run_json(db, "--sessions", "4", "--turns", "8", "--compact-at", "600",
+                      "--report", str(html))
+    assert report["verification"] == {"passed": True, "sessions": 4, "mismatches": []}
+    assert report["errors"] == 0
+    assert report["turns_done"] + report["turns_interrupted"] == 32
+    assert report["events"] > 0 and report["appends"] > 0
+    # Every appended event is in the logs; the rest are seed markers and compactions'
+    # own batches, never fewer.
+    assert report["log_events"] >= report["events"]
+    assert report["journal"]["events"] >= report["events"]
+    lat = report["append_latency_ms"]
+    assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"]
+    assert report["events_per_s"] == pytest.approx(report["events"] / report["wall_s"],
+                                                   rel=0.05)
+    assert report["compactions"]["committed"] >= 1
+    assert report["store_bytes"] > 0 and db.exists()
+
+    # The HTML report: one plotly chart per metric, plotly.js inline (nothing to
+    # fetch); tests/cli/test_html_report_browser.py checks that such a page draws in a browser.
+    text = html.read_text(encoding="utf-8")
+    for chart in ("throughput", "latency", "activity", "surface"):
+        assert f'id="{chart}"' in text
+    assert "<script src" not in text and "plotly.js v" in text
+    tables = text.split("<body>")[1].split('<section class="chart">')[0]
+    assert "None" not in tables and "{'" not in tables and "sessions" not in tables
+
+    # A second run resumes the same sessions: their logs grow, nothing is lost.
+    before = _digests(db)
+    again = run_json(db, "--sessions", "4", "--turns", "1")
+    assert again["verification"]["passed"]
+    after = _digests(db)
+    assert set(after) == set(before)
+    for sid, d in before.items():
+        assert after[sid]["length"] > d["length"]
+    assert again["log_events"] > report["log_events"]
+    # The embedded Ray's processes are all seen: CPU per append covers Ray's own.
+    assert report["cpu_s"] > 0 and report["cpu_ms_per_append"] == pytest.approx(
+        1000 * report["cpu_s"] / report["appends"], abs=0.01)
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_owner_writer_run_verifies(tmp_path: Path) -> None:
+    report = run_json(tmp_path / "owner.db", "--sessions", "4", "--turns", "2",
+                      "--writer", "owner")
+    assert report["errors"] == 0
+    assert report["verification"]["passed"] and report["turns_done"] == 8
+
+
+@pytest.mark.usefixtures("ray_local")
+@pytest.mark.parametrize(("durability", "writer", "kill_every"), [
+    ("durable", "journal", "0.7"), ("buffered", "journal", "0.7"),
+    # With the owner writer every kill takes all of the shard's sessions down (one
+    # actor hosts them), so kills come less often for turns to complete between them.
+    ("durable", "owner", "1.5"), ("buffered", "owner", "1.5")])
+def test_run_under_chaos_stays_consistent(tmp_path: Path, durability: str, writer: str,
+                                          kill_every: str) -> None:
+    """Session actors and the writer killed mid-run come back: sessions through crash
+    repair or a reload from the store, the drivers resend exactly once, and the database
+    replays to what the live actors report. Durable: no acknowledged event is missing.
+    Buffered: what was lost is counted, and the live sessions agree with the store."""
+    db = tmp_path / "chaos.db"
+    report = run_json(db, "--sessions", "6", "--turns", "12", "--mode", "chunk",
+                      "--kill-every", kill_every, "--kill-journal", "--durability",
+                      durability, "--writer", writer)
+    assert report["writer"] == writer
+    assert report["actor_kills"] >= 2  # the second is the writer's
+    if durability == "durable":
+        assert report["lost_acknowledged"] == 0 and report["write_failures"] == []
+        assert report["log_events"] >= report["events"]
+    assert report["errors"] == 0, report["last_error"]
+    assert report["turns_done"] + report["turns_interrupted"] == 72
+    assert report["verification"] == {"passed": True, "sessions": 6, "mismatches": []}
+
+
+def _digests(db: Path) -> dict:  # type: ignore[type-arg]
+    result = runner.invoke(app, ["digest", str(db), "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def test_inspect_a_known_database(tmp_path: Path) -> None:
+    db = tmp_path / "known.db"
+    src = EXAMPLES / "nested-replaces.jsonl"
+    expected = json.loads((EXAMPLES / "nested-replaces.expected.json").read_text())
+    imported = runner.invoke(app, ["import", str(db), str(src)])
+    assert imported.exit_code == 0, imported.output
+    listing = runner.invoke(app, ["inspect", str(db)], terminal_width=200)
+    assert listing.exit_code == 0, listing.output
+    rows = [line for line in listing.output.splitlines() if "│" in line and "session" not in line]
+    assert len(rows) == 1
+    cells = [c.strip() for c in rows[0].split("│") if c.strip()]
+    session_id, events, nodes, generation = cells[0], int(cells[1]), int(cells[2]), int(cells[3])
+    assert events == len(src.read_text().splitlines())
+    assert nodes == len(expected["nodes"])
+    assert generation == len(expected["replacements"])
+
+    tree = runner.invoke(app, ["inspect", str(db), session_id], terminal_width=200)
+    assert tree.exit_code == 0, tree.output
+    top = [int(m) for m in re.findall(r"^[├└]── (\d+) ", tree.output, re.M)]
+    assert top == expected["nodes"]
+    outer = expected["replacements"][-1]
+    assert f"replaces {outer['start']}..{outer['end']}" in tree.output
+    for inner in expected["replacements"]:
+        for seq in inner["shadowedSeqs"]:
+            assert re.search(rf"── {seq} ", tree.output), seq
+
+    # As of a seq before the first replacement, the surface is the plain appends.
+    first = expected["replacements"][0]["seq"]
+    past = runner.invoke(app, ["inspect", str(db), session_id, "--at", str(first - 1)],
+                         terminal_width=200)
+    assert past.exit_code == 0, past.output
+    assert not re.search(r"replaces \d+\.\.\d+", past.output)
+    assert f"as of seq {first - 1}" in past.output
+
+    missing = runner.invoke(app, ["inspect", str(db), "nope"])
+    assert missing.exit_code == 1
+
+
+def test_a_summariser_that_cannot_be_loaded_is_a_usage_error() -> None:
+    result = CliRunner().invoke(app, ["run", "--summariser", "no_such_module_q:f"])
+    assert result.exit_code == 2
+    assert "usage error: surfacelog run: summariser 'no_such_module_q:f'" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_run_with_a_summariser_by_import_path(tmp_path: Path) -> None:
+    report = run_json(tmp_path / "sum.db", "--sessions", "3", "--turns", "8",
+                      "--compact-at", "600", "--summariser",
+                      "surfacelog.session.compaction_policy:extractive_summary")
+    assert report["verification"]["passed"] and report["errors"] == 0
+    assert report["compactions"]["committed"] >= 1
+
+
+def test_owner_writer_needs_packed_placement() -> None:
+    result = CliRunner().invoke(app, ["run", "--writer", "owner", "--placement", "dedicated"])
+    assert result.exit_code == 2
+    assert "needs --placement packed" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_run_via_http_drives_the_sessions_through_the_gateway_and_verifies(
+        tmp_path: Path) -> None:
+    db = tmp_path / "http.db"
+    report = run_json(db, "--via", "http", "--sessions", "3", "--turns", "2")
+    assert report["via"] == "http"
+    assert report["verification"] == {"passed": True, "sessions": 3, "mismatches": []}
+    assert report["errors"] == 0 and report["turns_done"] == 6
+    assert report["events"] > 0 and report["log_events"] >= report["events"]
+    lat = report["append_latency_ms"]
+    assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"]
+    # The same scripted turns as through Ray: the same turns done, and about as many
+    # events (a workspace context is shown again when a compaction hid it, which depends
+    # on timing).
+    over_ray = run_json(tmp_path / "ray.db", "--sessions", "3", "--turns", "2")
+    assert over_ray["turns_done"] == report["turns_done"]
+    assert abs(over_ray["events"] - report["events"]) <= 0.05 * over_ray["events"]
+
+
+def test_run_via_http_needs_durable_appends() -> None:
+    result = CliRunner().invoke(app, ["run", "--via", "http", "--durability", "buffered"])
+    assert result.exit_code == 2
+    assert "--via http drives durable sessions" in result.output

@@ -1,0 +1,629 @@
+"""The HTTP gateway, tested as a client would: the real Ray Serve app on a loopback port
+(once for the module, on the test session's local Ray), spoken to with httpx.
+
+Every endpoint, the error mapping, the auth refusals, retries with ``expectedSeq``,
+concurrent appends from several clients, a session actor killed mid-request, server-sent
+events, and the streamed export against ``surfacelog export``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import psutil
+import pytest
+import ray
+from ray.exceptions import RayActorError
+
+from surfacelog.actors.client import Client, connect
+from surfacelog.actors.config import NAMESPACE, HostingConfig
+from surfacelog.gateway.auth import AuthConfig, parse_grants
+from surfacelog.gateway.deployment import start_gateway, stop_gateway
+from surfacelog.gateway.openapi import document, render
+from surfacelog.schema.codec import encode_json
+from surfacelog.session import Session
+from surfacelog.store.shards import ShardMap
+
+from support import paths
+
+pytestmark = pytest.mark.usefixtures("ray_local")
+
+REPO = paths.REPO
+FULL = "full-token-0123456789abcdef"
+LIMITED = "limited-token-0123456789abcdef"
+PREFIX = "lim-"
+
+
+@dataclass
+class Gateway:
+    url: str
+    db: Path
+    client: Client
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def gateway(ray_local: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    db = tmp_path_factory.mktemp("gateway") / "gw.db"
+    hosting = HostingConfig(ShardMap.single(str(db)), placement="packed", packs=2)
+    auth = AuthConfig(parse_grants(f"{FULL}\n{LIMITED} {PREFIX}\n", "test"))
+    client = connect(config=hosting)
+    url = start_gateway(hosting, auth, host="127.0.0.1", port=_free_port())
+    try:
+        yield Gateway(url, db, client)
+    finally:
+        stop_gateway()
+        # Resolve the session actors the gateway made, so that shutdown stops them too.
+        for info in asyncio.run(client.list_sessions()):
+            client.actor_on(client.config.shards.shards[0], info.id)
+        client.shutdown()
+
+
+@pytest.fixture
+async def http(gateway: Gateway) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=120,
+                                 headers={"Authorization": f"Bearer {FULL}"}) as c:
+        yield c
+
+
+async def _create(http: httpx.AsyncClient, session_id: str) -> None:
+    r = await http.post("/v1/sessions", json={"id": session_id})
+    assert r.status_code == 201, r.text
+    assert r.json() == {"id": session_id, "length": 0}
+
+
+def _note(client: int, k: int) -> dict[str, Any]:
+    return {"type": "x-test/note", "data": {"client": client, "k": k}, "ignorable": True}
+
+
+def _specs(session: Session) -> list[dict[str, Any]]:
+    """The events of a pure session as append specs (no seq, no time)."""
+    out = []
+    for event in session.log:
+        body = json.loads(encode_json(event))
+        del body["seq"], body["time"]
+        out.append(body)
+    return out
+
+
+def _conversation() -> Session:
+    """turn, two user messages, an assistant calling c1, its result, a user message."""
+    s = Session()
+    s.append("turn/start", {"turn": 1})
+    for k in range(2):
+        s.append("user/message", {"id": f"u-{k}", "role": "user", "source": {"kind": "user"},
+                                  "content": [{"type": "text", "text": "u" * 400}]},
+                 surface_op="append")
+    s.append("step/start", {"turn": 1, "step": 1})
+    s.append("assistant/message", {
+        "turn": 1, "step": 1,
+        "message": {"id": "a-1", "role": "assistant",
+                    "source": {"kind": "model", "provider": "p", "model": "m"},
+                    "content": [{"type": "text", "text": "a" * 100},
+                                {"type": "tool-call", "id": "c1", "name": "bash",
+                                 "arguments": "{ls}"}]}},
+        surface_op="append", source_event_seqs=[])
+    s.append("tool/result", {
+        "turn": 1, "step": 1,
+        "message": {"id": "t-c1", "role": "user", "source": {"kind": "tool", "callId": "c1"},
+                    "content": [{"type": "tool-result", "toolCallId": "c1",
+                                 "content": [{"type": "text", "text": "r" * 800}]}]}},
+        surface_op="append")
+    s.append("step/end", {"turn": 1, "step": 1})
+    s.append("user/message", {"id": "u-2", "role": "user", "source": {"kind": "user"},
+                              "content": [{"type": "text", "text": "u" * 400}]},
+             surface_op="append")
+    s.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    return s
+
+
+# -- the document, the socket ---------------------------------------------------------
+
+async def test_the_served_openapi_document_is_the_checked_in_one(
+        http: httpx.AsyncClient) -> None:
+    checked_in = (REPO / "deploy" / "openapi.json").read_text(encoding="utf-8")
+    assert render(document()) == checked_in, \
+        "regenerate it: python -m surfacelog.gateway.openapi deploy/openapi.json"
+    r = await http.get("/openapi.json")
+    assert r.status_code == 200
+    assert r.json() == json.loads(checked_in)
+
+
+def _loopback(ip: str) -> bool:
+    address = ipaddress.ip_address(ip)
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (mapped or address).is_loopback
+
+
+def test_serve_listens_on_loopback_only(gateway: Gateway) -> None:
+    """The HTTP proxy listens on loopback only. Ray Serve 2.60's replicas also open an
+    inter-deployment gRPC server on ``[::]:0`` (hard-coded in ``replica.py``, no option
+    to bind it elsewhere; the README says so). Nothing else listens beyond loopback."""
+    pids = {p.pid for p in psutil.Process().children(recursive=True)}
+    port = int(gateway.url.rsplit(":", 1)[1])
+    sockets = [(c.laddr.ip, c.laddr.port, psutil.Process(c.pid).name())
+               for c in psutil.net_connections("inet")
+               if c.status == psutil.CONN_LISTEN and c.pid in pids]
+    assert [s for s in sockets if s[1] == port] == [("127.0.0.1", port, "ray::ProxyActor")]
+    assert [s for s in sockets if not _loopback(s[0])
+            and not s[2].startswith("ray::ServeReplica:")] == []
+
+
+# -- access -----------------------------------------------------------------------------
+
+async def test_requests_without_a_valid_token_are_refused(gateway: Gateway) -> None:
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as anon:
+        for headers in ({}, {"Authorization": "Bearer wrong-token-0123456789"},
+                        {"Authorization": f"Basic {FULL}"}, {"Authorization": "Bearer"}):
+            for path in ("/v1/sessions", "/openapi.json", "/v1/sessions/s/surface"):
+                r = await anon.get(path, headers=headers)
+                assert r.status_code == 401, (headers, path)
+                assert r.headers["www-authenticate"].startswith("Bearer")
+                assert r.headers["content-type"] == "application/problem+json"
+                body = r.json()
+                assert body["status"] == 401 and body["type"].endswith(":unauthorized")
+                assert FULL not in r.text and "wrong-token" not in r.text
+
+
+async def test_a_limited_token_reaches_its_prefixes_only(
+        gateway: Gateway, http: httpx.AsyncClient) -> None:
+    await _create(http, "lim-one")
+    assert (await http.post("/v1/sessions/lim-one/events", json=_note(0, 0))).status_code == 200
+    await _create(http, "other-one")
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=60,
+                                 headers={"Authorization": f"Bearer {LIMITED}"}) as lim:
+        assert (await lim.get("/v1/sessions/lim-one/surface")).status_code == 200
+        for method, path in (("GET", "/v1/sessions/other-one/surface"),
+                             ("POST", "/v1/sessions/other-one/events"),
+                             ("GET", "/v1/sessions/other-one/export")):
+            r = await lim.request(method, path, json=_note(0, 0))
+            assert r.status_code == 403, path
+            assert r.json()["type"].endswith(":forbidden")
+        r = await lim.post("/v1/sessions", json={"id": "other-two"})
+        assert r.status_code == 403
+        r = await lim.post("/v1/sessions", json={})  # a fresh id under its prefix
+        assert r.status_code == 201 and r.json()["id"].startswith(PREFIX)
+        r = await lim.post("/v1/sessions/lim-one/fork", json={"childId": "other-fork"})
+        assert r.status_code == 403
+        listed = (await lim.get("/v1/sessions", params={"limit": 1000})).json()
+        ids = [s["id"] for s in listed["sessions"]]
+        assert "lim-one" in ids and all(i.startswith(PREFIX) for i in ids)
+        # A fork without a child id gets one under the parent's id, so still reachable.
+        r = await lim.post("/v1/sessions/lim-one/fork", json={})
+        assert r.status_code == 201, r.text
+        assert r.json()["id"].startswith("lim-one-fork-")
+
+
+@pytest.mark.parametrize("bad", ["-leading-dash", "x" * 129, "sp ace", "dollar$", "ünï",
+                                 "semi;colon", "quote'd"])
+async def test_invalid_session_ids_are_refused_before_anything(
+        http: httpx.AsyncClient, bad: str) -> None:
+    r = await http.get(f"/v1/sessions/{quote(bad, safe='')}/surface")
+    assert r.status_code == 400, r.text
+    assert r.json()["type"].endswith(":invalid-session-id")
+    r = await http.post("/v1/sessions", json={"id": bad})
+    assert r.status_code == 400
+
+
+# -- sessions ---------------------------------------------------------------------------
+
+async def test_create_and_list_sessions_page_by_page(http: httpx.AsyncClient) -> None:
+    ids = [f"page-{k}" for k in range(5)]
+    for sid in ids:
+        await _create(http, sid)
+    r = await http.post("/v1/sessions", json={"id": "page-0"})
+    assert r.status_code == 409 and r.json()["type"].endswith(":session-exists")
+    r = await http.post("/v1/sessions", json={})
+    assert r.status_code == 201
+    fresh = r.json()["id"]
+    seen: list[str] = []
+    after: str | None = None
+    while True:
+        params: dict[str, Any] = {"limit": 2}
+        if after is not None:
+            params["after"] = after
+        page = (await http.get("/v1/sessions", params=params)).json()
+        assert len(page["sessions"]) <= 2
+        seen += [s["id"] for s in page["sessions"]]
+        after = page["next"]
+        if after is None:
+            break
+    assert seen == sorted(seen) and len(seen) == len(set(seen))
+    assert {*ids, fresh} <= set(seen)
+    r = await http.get("/v1/sessions", params={"limit": 0})
+    assert r.status_code == 400
+
+
+# -- appends ----------------------------------------------------------------------------
+
+async def test_appends_and_retries_with_expected_seq_land_once(
+        http: httpx.AsyncClient) -> None:
+    await _create(http, "append-1")
+    url = "/v1/sessions/append-1/events"
+    first = await http.post(url, json={**_note(0, 0), "expectedSeq": 0})
+    assert first.status_code == 200, first.text
+    again = await http.post(url, json={**_note(0, 0), "expectedSeq": 0})
+    assert again.status_code == 200 and again.json() == first.json()
+    assert first.json()["events"][0]["seq"] == 0 and first.json()["next"] == 1
+    other = await http.post(url, json={**_note(0, 1), "expectedSeq": 0})
+    assert other.status_code == 409 and other.json()["type"].endswith(":conflict")
+    batch = {"events": [_note(0, k) for k in (1, 2, 3)], "expectedSeq": 1}
+    b1 = await http.post(url + ":batch", json=batch)
+    b2 = await http.post(url + ":batch", json=batch)
+    assert b1.status_code == b2.status_code == 200 and b1.json() == b2.json()
+    assert [e["seq"] for e in b1.json()["events"]] == [1, 2, 3]
+    log = (await http.get(url)).json()
+    assert [e["data"]["k"] for e in log["events"]] == [0, 1, 2, 3] and log["next"] == 4
+    assert (await http.get(url, params={"since": 2, "limit": 1})).json()["next"] == 3
+
+
+async def test_context_replaces_the_previous_one_and_is_idempotent(
+        http: httpx.AsyncClient) -> None:
+    await _create(http, "context-1")
+    url = "/v1/sessions/context-1/context"
+    first = await http.post(url, json={"text": "workspace: a.py"})
+    assert first.status_code == 200, first.text
+    (event,) = first.json()["events"]
+    assert event["type"] == "context/message" and first.json()["next"] == event["seq"] + 1
+    again = await http.post(url, json={"text": "workspace: a.py"})
+    assert again.status_code == 200 and again.json()["events"] == []
+    second = await http.post(url, json={"text": "workspace: b.py"})
+    (replacing,) = second.json()["events"]
+    assert replacing["sourceEventSeqs"] == [event["seq"]]
+    surface = (await http.get("/v1/sessions/context-1/surface")).json()
+    assert surface["nodes"] == [replacing["seq"]]
+    both = await http.post(url, json={"text": "x", "message": {"role": "user"}})
+    assert both.status_code == 400
+
+
+async def test_typed_errors_map_to_problems(http: httpx.AsyncClient) -> None:
+    await _create(http, "errors-1")
+    url = "/v1/sessions/errors-1/events"
+    r = await http.post(url, json={"type": "user/message", "surfaceOp": "append",
+                                   "data": {"id": "u", "role": "user"}})
+    assert r.status_code == 422
+    body = r.json()
+    assert body["rule"] and body["eventType"] == "user/message" and body["seq"] == 0
+    assert body["type"].endswith(":surface") and body["status"] == 422
+    assert "user/message" in body["detail"]
+    r = await http.post(url, json={"type": "user/message", "surfaceOp": {
+        "op": "replace", "start": 3, "end": 9}, "sourceEventSeqs": [1], "data": {}})
+    assert r.status_code == 422 and r.json()["rule"]
+    r = await http.post(url, content=b"{not json")
+    assert r.status_code == 400 and r.json()["type"].endswith(":bad-request")
+    r = await http.post(url, json={"type": "turn/start", "unknownKey": 1})
+    assert r.status_code == 400
+    r = await http.post(url + ":batch", json={"events": []})
+    assert r.status_code == 400
+    for method, path in (("GET", "/v1/sessions/missing-1/surface"),
+                         ("POST", "/v1/sessions/missing-1/events"),
+                         ("GET", "/v1/sessions/missing-1/export"),
+                         ("GET", "/v1/sessions/missing-1/follow")):
+        r = await http.request(method, path, json=_note(0, 0))
+        assert r.status_code == 404, path
+        assert r.json()["type"].endswith(":unknown-session")
+    # Nothing was created by those requests.
+    listed = (await http.get("/v1/sessions", params={"limit": 1000})).json()
+    assert "missing-1" not in {s["id"] for s in listed["sessions"]}
+
+
+# -- reads, replaces, forks -------------------------------------------------------------
+
+async def test_reads_compaction_prune_and_fork(http: httpx.AsyncClient) -> None:
+    local = _conversation()
+    await _create(http, "conv-1")
+    base = "/v1/sessions/conv-1"
+    r = await http.post(f"{base}/events:batch", json={"events": _specs(local),
+                                                      "expectedSeq": 0})
+    assert r.status_code == 200, r.text
+    surface = (await http.get(f"{base}/surface")).json()
+    assert surface == {"nodes": list(local.surface.nodes), "replaceGeneration": 0,
+                       "length": len(local)}
+    messages = (await http.get(f"{base}/messages")).json()["messages"]
+    assert messages == local.derive_messages().to_list()
+    as_of = (await http.get(f"{base}/messages", params={"asOf": 1})).json()["messages"]
+    assert as_of == local.derive_messages(1).to_list() and len(as_of) == 1
+    assert (await http.get(f"{base}/messages", params={"asOf": 999})).status_code == 400
+    header = (await http.get(f"{base}/header")).json()
+    assert header["id"] == "conv-1"
+
+    nodes = surface["nodes"]
+    compaction = {"compactionId": "c-1", "generation": 0, "shadowed": nodes[:2],
+                  "summary": [{"type": "text", "text": "two questions"}],
+                  "shadowedTokenCount": 200, "checkpointId": "cp-1"}
+    r = await http.post(f"{base}/compact", json=compaction)
+    assert r.status_code == 200, r.text
+    assert [e["type"] for e in r.json()["events"]] == [
+        "compaction/start", "compaction/summary", "user/message", "compaction/end"]
+    r = await http.post(f"{base}/compact", json=compaction)  # stale generation now
+    assert r.status_code == 409 and r.json()["type"].endswith(":conflict")
+    surface = (await http.get(f"{base}/surface")).json()
+    assert surface["replaceGeneration"] == 1
+    result_seq = next(e.seq for e in local.log if e.type == "tool/result")
+    prune = {"generation": 1, "target": result_seq, "shadowedTokenCount": 200,
+             "content": [{"type": "text", "text": "[pruned]"}]}
+    r = await http.post(f"{base}/prune", json=prune)
+    assert r.status_code == 200, r.text
+    assert [e["type"] for e in r.json()["events"]] == ["compaction/prune", "tool/result"]
+    r = await http.post(f"{base}/prune", json=prune)
+    assert r.status_code == 409
+
+    r = await http.post(f"{base}/fork", json={"boundary": 1, "childId": "conv-1-open"})
+    assert r.status_code == 409 and r.json()["code"] == "OPEN_TURN"
+    r = await http.post(f"{base}/fork", json={"childId": "conv-1-child"})
+    assert r.status_code == 201, r.text
+    assert r.json()["id"] == "conv-1-child"
+    child = (await http.get("/v1/sessions/conv-1-child/header")).json()
+    assert child["parentSession"] == "conv-1"
+    r = await http.post(f"{base}/fork", json={"childId": "conv-1-child"})
+    assert r.status_code == 409
+    r = await http.post(f"{base}/fork", json={"boundary": 10_000, "childId": "conv-1-c2"})
+    assert r.status_code == 422 and r.json()["code"] == "INVALID_BOUNDARY"
+
+
+async def test_streamed_export_equals_the_cli_export(gateway: Gateway,
+                                                     http: httpx.AsyncClient) -> None:
+    await _create(http, "export-1")
+    local = _conversation()
+    r = await http.post("/v1/sessions/export-1/events:batch",
+                        json={"events": _specs(local) * 1, "expectedSeq": 0})
+    assert r.status_code == 200
+    notes = {"events": [_note(1, k) for k in range(2_500)], "expectedSeq": len(local)}
+    assert (await http.post("/v1/sessions/export-1/events:batch", json=notes)).status_code \
+        == 200
+    chunks: list[bytes] = []
+    async with http.stream("GET", "/v1/sessions/export-1/export") as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("application/x-ndjson")
+        async for chunk in resp.aiter_bytes():
+            chunks.append(chunk)
+    streamed = b"".join(chunks)
+    cli = subprocess.run([sys.executable, "-m", "surfacelog.cli", "export", str(gateway.db),
+                          "export-1"], capture_output=True, check=True, cwd=REPO)
+    assert streamed == cli.stdout
+    assert streamed.count(b"\n") == 1 + len(local) + 2_500
+
+
+# -- concurrency and failures ------------------------------------------------------------
+
+async def _append_all(http: httpx.AsyncClient, url: str, client: int, count: int) -> int:
+    """Append ``count`` notes, each at the seq read just before, retrying on 409;
+    returns how many conflicts it met."""
+    conflicts = 0
+    k = 0
+    while k < count:
+        since = (await http.get(f"{url}/surface")).json()["length"]
+        r = await http.post(f"{url}/events", json={**_note(client, k), "expectedSeq": since})
+        if r.status_code == 409:
+            conflicts += 1
+            continue
+        assert r.status_code == 200, r.text
+        k += 1
+    return conflicts
+
+
+async def test_concurrent_clients_lose_and_duplicate_nothing(gateway: Gateway) -> None:
+    clients, each = 5, 8
+    headers = {"Authorization": f"Bearer {FULL}"}
+    async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=120) as h:
+        await _create(h, "shared-1")
+    https = [httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=120)
+             for _ in range(clients)]
+    try:
+        await asyncio.gather(*(_append_all(h, "/v1/sessions/shared-1", c, each)
+                               for c, h in enumerate(https)))
+        events = (await https[0].get("/v1/sessions/shared-1/events")).json()["events"]
+    finally:
+        for h in https:
+            await h.aclose()
+    assert [e["seq"] for e in events] == list(range(clients * each))
+    assert sorted((e["data"]["client"], e["data"]["k"]) for e in events) == [
+        (c, k) for c in range(clients) for k in range(each)]
+
+
+async def _append_exactly_once(http: httpx.AsyncClient, url: str,
+                               events: list[dict[str, Any]], seq: int) -> list[int]:
+    """What a client does to append ``events`` exactly once: send them at ``seq``;
+    resend after a 503; after a 409, read the log from ``seq``: when the batch is there
+    it landed, else send it again at the log's end (an activation after a crash may
+    have appended its own events, such as the seed marker). Returns the seqs."""
+    for _attempt in range(30):
+        r = await http.post(f"{url}/events:batch", json={"events": events,
+                                                         "expectedSeq": seq})
+        if r.status_code == 200:
+            return [e["seq"] for e in r.json()["events"]]
+        if r.status_code == 503:
+            assert "retry-after" in r.headers
+            await asyncio.sleep(float(r.headers["retry-after"]))
+            continue
+        assert r.status_code == 409, r.text
+        log = (await http.get(f"{url}/events", params={"since": seq, "limit": 10_000})).json()
+        mine = [e["seq"] for e in log["events"] if e.get("data") in
+                [spec["data"] for spec in events] and e["type"] == events[0]["type"]]
+        if mine:
+            return mine
+        seq = log["next"]
+    raise AssertionError(f"{url}: not appended after 30 attempts")
+
+
+async def _restarted(name: str, before: int) -> None:
+    """Wait until the actor ``name`` answers from a process other than ``before`` (the
+    kill is asynchronous: the old process may still answer for a moment)."""
+    for _attempt in range(120):
+        try:
+            if await ray.get_actor(name, namespace=NAMESPACE).pid.remote() != before:
+                return
+        except RayActorError:  # ActorUnavailableError while it restarts
+            pass
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"{name} was not restarted in a new process")
+
+
+async def test_a_killed_session_actor_and_the_retry_land_exactly_once(
+        gateway: Gateway, http: httpx.AsyncClient) -> None:
+    await _create(http, "kill-1")
+    client = gateway.client
+    url = "/v1/sessions/kill-1"
+    name = client.actor_name(client.config.shards.shards[0], "kill-1")
+    seq = 0
+    for round_ in range(3):
+        batch = [_note(round_, k) for k in range(500)]
+        request = asyncio.create_task(_append_exactly_once(http, url, batch, seq))
+        await asyncio.sleep(0.05)
+        actor = ray.get_actor(name, namespace=NAMESPACE)
+        before = await actor.pid.remote()
+        ray.kill(actor, no_restart=False)
+        seqs = await request
+        await _restarted(name, before)
+        assert seqs == list(range(seqs[0], seqs[0] + 500))
+        seq = seqs[-1] + 1
+    log = (await http.get(f"{url}/events", params={"limit": 10_000})).json()["events"]
+    notes = [(e["data"]["client"], e["data"]["k"]) for e in log if e["type"] == "x-test/note"]
+    assert notes == [(r, k) for r in range(3) for k in range(500)]
+    # Anything else in the log is the activations' own (the seed marker).
+    assert {e["type"] for e in log} <= {"x-test/note", "session/end-seed"}
+
+
+# -- server-sent events ------------------------------------------------------------------
+
+async def _read_events(resp: httpx.Response, count: int) -> list[tuple[int, dict[str, Any]]]:
+    got: list[tuple[int, dict[str, Any]]] = []
+    current_id = -1
+    async for line in resp.aiter_lines():
+        if line.startswith("id: "):
+            current_id = int(line[4:])
+        elif line.startswith("data: "):
+            got.append((current_id, json.loads(line[6:])))
+            if len(got) == count:
+                break
+    return got
+
+
+async def test_follow_streams_new_events_then_ends(gateway: Gateway,
+                                                   http: httpx.AsyncClient) -> None:
+    await _create(http, "follow-1")
+    url = "/v1/sessions/follow-1"
+    await http.post(f"{url}/events", json={**_note(9, 0), "expectedSeq": 0})
+    async with http.stream("GET", f"{url}/follow", params={"since": 1, "timeout": 120}) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        headers = {"Authorization": f"Bearer {FULL}"}
+        async with httpx.AsyncClient(base_url=gateway.url, headers=headers,
+                                     timeout=60) as writer:
+            r = await writer.post(f"{url}/events:batch", json={
+                "events": [_note(9, k) for k in (1, 2, 3)], "expectedSeq": 1})
+            assert r.status_code == 200
+        got = await _read_events(resp, 3)
+    assert [seq for seq, _ in got] == [1, 2, 3]
+    assert [e["data"]["k"] for _, e in got] == [1, 2, 3]
+    # Resumed after the last id seen; and a follow whose time is up ends with 'end'.
+    async with http.stream("GET", f"{url}/follow", params={"timeout": 1},
+                           headers={"Last-Event-ID": "2"}) as resp:
+        lines = [line async for line in resp.aiter_lines()]
+    assert "id: 3" in lines and "id: 2" not in lines
+    assert "event: end" in lines and 'data: {"next":4}' in lines
+
+
+# -- configuration and the command ------------------------------------------------------
+
+def test_token_configuration_is_checked_and_never_echoed(tmp_path: Path) -> None:
+    from surfacelog.gateway.auth import TokenConfigError, load_auth
+
+    auth = load_auth(environ={"SURFACELOG_GATEWAY_TOKENS": f"{FULL}; {LIMITED} a- b."})
+    assert auth.authorize(f"Bearer {LIMITED}").prefixes == ("a-", "b.")
+    assert auth.authorize(f"bearer {FULL}").prefixes is None
+    assert FULL not in repr(auth) and LIMITED not in repr(auth)  # digests only
+    bad = {"short": "tooshort", "prefix": f"{FULL} bad/prefix", "twice": f"{FULL}\n{FULL}",
+           "none": "# only a comment"}
+    for text in bad.values():
+        path = tmp_path / "tokens"
+        path.write_text(text)
+        with pytest.raises(TokenConfigError) as info:
+            load_auth(path)
+        assert FULL not in str(info.value) and "tooshort" not in str(info.value)
+    with pytest.raises(TokenConfigError):
+        load_auth(environ={})
+    with pytest.raises(TokenConfigError):
+        load_auth(tmp_path / "missing")
+
+
+def _serve_cli(*args: str, env: dict[str, str] | None = None
+               ) -> subprocess.CompletedProcess[str]:
+    import os
+
+    environ = {k: v for k, v in os.environ.items() if k != "SURFACELOG_GATEWAY_TOKENS"}
+    environ.update(env or {})
+    return subprocess.run([sys.executable, "-m", "surfacelog.cli", "serve", *args],
+                          capture_output=True, text=True, env=environ, cwd=REPO,
+                          timeout=120)
+
+
+def test_serve_refuses_to_start_unsafely(tmp_path: Path) -> None:
+    db = str(tmp_path / "x.db")
+    cases = [
+        ((), None, 2, "no token configured"),
+        (("--insecure-no-auth", "--host", "0.0.0.0"), None, 2, "loopback only"),
+        (("--token-file", str(tmp_path / "missing")), None, 2, "cannot read token file"),
+        (("--shards", str(tmp_path / "missing.json")), {
+            "SURFACELOG_GATEWAY_TOKENS": FULL}, 2, "shard configuration"),
+    ]
+    for args, env, status, message in cases:
+        out = _serve_cli("--db", db, *args, env=env) if "--shards" not in args \
+            else _serve_cli(*args, env=env)
+        assert out.returncode == status, (args, out.stderr)
+        assert message in out.stderr and "Traceback" not in out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+        assert FULL not in out.stderr + out.stdout
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = _serve_cli("--db", db, "--port", str(port),
+                         env={"SURFACELOG_GATEWAY_TOKENS": FULL})
+    assert out.returncode == 1 and "in use" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_every_typed_error_maps_to_its_status() -> None:
+    from ray.exceptions import RayActorError
+
+    from surfacelog.actors.protocol import Conflict, SessionUnavailable, ShardUnavailable
+    from surfacelog.gateway.problems import OutcomeUnknown, problem_for
+    from surfacelog.schema.errors import SurfaceError, SurfacelogError
+    from surfacelog.session.fork import ForkError
+    from surfacelog.store.errors import CommitFailed, CorruptStore, SessionNotFound
+
+    cases: list[tuple[SurfacelogError | RayActorError, int]] = [
+        (SurfaceError("range", "bad range", "user/message", 7), 422),
+        (Conflict("stale"), 409), (SessionNotFound("gone"), 404),
+        (ShardUnavailable("down"), 503), (SessionUnavailable("fenced"), 503),
+        (CommitFailed("lost"), 503), (OutcomeUnknown("maybe"), 503),
+        (RayActorError(), 503), (ForkError("OPEN_TURN", "open"), 409),
+        (ForkError("INVALID_BOUNDARY", "no"), 422), (ForkError("SESSION_NOT_FOUND", "x"), 404),
+        (CorruptStore("bad row", "s", 1), 500),
+    ]
+    for error, status in cases:
+        reply = problem_for(error)
+        assert reply.status == status, error
+        assert reply.body["status"] == status and reply.body["title"] and reply.body["detail"]
+        assert reply.body["type"].startswith("urn:surfacelog:problem:")
+        assert ("Retry-After" in reply.headers) == (status == 503)
+    refused = problem_for(SurfaceError("range", "bad range", "user/message", 7)).body
+    assert (refused["rule"], refused["eventType"], refused["seq"]) == ("range", "user/message", 7)
+    assert problem_for(ForkError("OPEN_TURN", "open")).body["code"] == "OPEN_TURN"

