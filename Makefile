@@ -17,9 +17,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check surfacelog tests benchmarks
 	$(BIN)/mypy --strict surfacelog
 
-# Both cores: two workers, each with its own local Ray; tests marked with one
-# xdist_group run on the same worker, one after another (see tests/conftest.py).
-PYTEST_PARALLEL ?= -n 2 --dist loadgroup
+# Both cores: two workers, each with its own local Ray; the tests of one of
+# tests/conftest.py's SERIAL_GROUPS run on one worker, one after another.
+# PYTEST_PARALLEL=-n0 runs the suite in this one process.
+PYTEST_PARALLEL ?= -n 2
 PYTEST_REPORT ?= --durations=25
 
 test: lint

@@ -57,9 +57,12 @@ def ray_local() -> Iterator[None]:
 
     from surfacelog.actors.client import init_ray
 
-    # A new local Ray on loopback, never a cluster another process left running.
+    # A new local Ray on loopback, never a cluster another process left running. Its
+    # workers report their metrics every second (Ray's floor; 10 s by default), so the
+    # metrics test finds what it recorded without waiting out the default interval.
     init_ray(None, num_cpus=2, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
+             configure_logging=False,
+             _system_config={"metrics_report_interval_ms": 1000})
     try:
         yield
     finally:

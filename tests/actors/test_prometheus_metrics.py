@@ -148,7 +148,7 @@ async def test_metrics_are_scraped_from_rays_prometheus_export(tmp_path: Path) -
             ok = not missing
             if ok or time.monotonic() > deadline:
                 break
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(0.25)
         assert ok, (missing, str(found))
         # The tags name the placement and the writer too.
         owner_tags = {(labels.get("placement"), labels.get("writer"))
