@@ -4,6 +4,7 @@ handle's ``append`` alike; and the typed names are the registry's."""
 
 from __future__ import annotations
 
+import shutil
 import textwrap
 from pathlib import Path
 from typing import get_args
@@ -72,10 +73,16 @@ def mypy_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[int, str]:
     folder = tmp_path_factory.mktemp("typed")
     path = folder / "snippet.py"
     path.write_text(textwrap.dedent(SNIPPET), encoding="utf-8")
-    out, _err, _status = mypy_api.run([
+    cache = folder / ".mypy_cache"
+    if (REPO / ".mypy_cache").is_dir():
+        # A copy of the cache make lint just filled (same options): only the snippet is
+        # checked anew. A copy, because mypy keeps the snippet's module in it, with its
+        # path: a later run from another folder would get this one's errors back.
+        shutil.copytree(REPO / ".mypy_cache", cache)
+    out, err, status = mypy_api.run([
         "--strict", "--no-error-summary", "--show-error-codes", "--hide-error-context",
-        # The cache make lint just filled (same options): only the snippet is checked anew.
-        "--cache-dir", str(REPO / ".mypy_cache"), str(path)])
+        "--cache-dir", str(cache), str(path)])
+    assert status == 1, f"mypy did not run to its verdict (status {status}):\n{out}\n{err}"
     errors: dict[int, str] = {}
     for line in out.splitlines():
         parts = line.split(":", 3)
