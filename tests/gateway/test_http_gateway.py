@@ -466,13 +466,13 @@ async def _append_exactly_once(http: httpx.AsyncClient, url: str,
 async def _restarted(name: str, before: int) -> None:
     """Wait until the actor ``name`` answers from a process other than ``before`` (the
     kill is asynchronous: the old process may still answer for a moment)."""
-    for _attempt in range(120):
+    for _attempt in range(600):
         try:
             if await ray.get_actor(name, namespace=NAMESPACE).pid.remote() != before:
                 return
         except RayActorError:  # ActorUnavailableError while it restarts
             pass
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.1)
     raise AssertionError(f"{name} was not restarted in a new process")
 
 
