@@ -1,4 +1,4 @@
-"""``surfacelog fork``: a child session seeded with a prefix of a stored one (SPEC 10),
+"""``surfacelog fork``: a child session seeded with a prefix of a stored one (docs/rules.md §10),
 from the command line, with the fork's error codes as exit statuses."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Decoding is exact about the envelope: unknown keys and non-JSON lines are refused here
 with a ``DecodeError`` that names the line. Field *values* are not judged here: an event
 whose ``seq`` is ``1.0`` or whose ``surfaceOp`` is ``null`` decodes to an ``Event``
-holding that value, and the session's validation refuses it under the rule SPEC orders
+holding that value, and the session's validation refuses it under the rule docs/rules.md orders
 first (eligibility before marker shape, and so on).
 
 ``JSON_ENCODER`` and ``JSON_DECODER`` are the package's one untyped JSON encoder and

@@ -4,7 +4,7 @@
 raises it. The log's errors (``LogError`` and its subclasses) are also ``ValueError``
 instances that name their rule: an error about one event carries ``rule`` (a short
 stable id such as ``"range"`` or ``"coverage"``), ``event_type`` and ``seq``, and its
-message contains the SPEC fragment for that rule followed by the event it concerns.
+message contains the docs/rules.md fragment for that rule followed by the event it concerns.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class SurfacelogError(Exception):
 
 
 class LogError(ValueError, SurfacelogError):
-    """A log, event or candidate breaks a rule of SPEC.md.
+    """A log, event or candidate breaks a rule of docs/rules.md.
 
     ``event_type`` and ``seq`` are ``None`` when the problem is not about one event.
     """
@@ -80,7 +80,7 @@ class DecodeError(LogError):
 
 
 class SurfaceError(LogError):
-    """A candidate event breaks a rule of SPEC sections 3, 5 or 6."""
+    """A candidate event breaks a rule of docs/rules.md §§2, 3, 6 or 8."""
 
 
 class NestingError(DecodeError):

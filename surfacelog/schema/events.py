@@ -1,4 +1,4 @@
-"""The event envelope (SPEC section 2), surface markers, and the event type registry.
+"""The event envelope (docs/rules.md §2), surface markers, and the event type registry.
 
 ``Event`` is the one envelope struct. Its ``data`` stays the JSON value it was decoded
 from (dicts, lists, strings, numbers): msgspec structs drop keys they do not declare,
@@ -106,7 +106,7 @@ DshLogOnlyType = Literal[
     "tool-workflow/agent-end", "tool-workflow/agent-start", "tool-workflow/run-end",
     "tool-workflow/run-start", "tool/code-dispatch", "tool/code-dispatch-start",
     "web/deepseek-search-llm-request"]
-"""DSH's plugin vocabulary: log-only, opaque JSON payloads (SPEC section 2)."""
+"""DSH's plugin vocabulary: log-only, opaque JSON payloads (docs/rules.md §2)."""
 
 CoreLogOnlyType = Literal[
     "turn/start", "turn/end", "step/start", "step/end", "assistant/chunk", "tool/call",

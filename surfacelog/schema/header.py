@@ -1,4 +1,4 @@
-"""The session header (SPEC section 11).
+"""The session header (docs/rules.md §11).
 
 A header is kept exactly, as DSH writes it: besides the modelled fields, every other
 key of a DSH header line (``origin``, ``agentPreset``, keys a later DSH adds) is kept

@@ -1,4 +1,4 @@
-"""Messages, sources and content blocks (SPEC section 3), as msgspec structs.
+"""Messages, sources and content blocks (docs/rules.md §3), as msgspec structs.
 
 The structs are the typed way to build and check messages. Logged events keep their
 ``data`` as the JSON value they arrived with (see ``events``), so keys a producer adds

@@ -1,4 +1,4 @@
-"""Event payloads (SPEC section 4): one msgspec struct per ``data`` shape.
+"""Event payloads (docs/rules.md §4): one msgspec struct per ``data`` shape.
 
 Payload structs check shapes and build events; they ignore keys they do not model, so
 a DSH payload with extra keys still validates and its JSON value is kept verbatim.

@@ -1,4 +1,4 @@
--- The surfacelog SQLite schema (SPEC section 12).
+-- The surfacelog SQLite schema (docs/rules.md §12).
 --
 -- surfacelog.store.schema_check sets PRAGMA application_id and PRAGMA user_version
 -- (SCHEMA_VERSION) when it creates a database, and refuses any file whose pragmas or
@@ -31,7 +31,7 @@ CREATE TABLE events (
     PRIMARY KEY (session_id, seq)
 ) STRICT, WITHOUT ROWID;
 
--- Schema version 2 added the three tables below. As for every version change (SPEC 12:
+-- Schema version 2 added the three tables below. As for every version change (docs/rules.md §12:
 -- bump-and-reject), a file of version 1 is refused and left untouched: export its
 -- sessions with the build that wrote it and import them here.
 

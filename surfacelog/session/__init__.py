@@ -1,7 +1,7 @@
 """The pure core: Session, SurfaceManager, fold, derive, repair, fork, legacy,
 compaction and pruning.
 
-No I/O, no asyncio, no Ray: everything about the rules of SPEC.md lives here.
+No I/O, no asyncio, no Ray: everything about the rules of docs/rules.md lives here.
 """
 
 from surfacelog.schema.errors import LogError, SurfaceError

@@ -1,4 +1,4 @@
-"""Compaction and pruning (SPEC section 13): the requests, and the batches they become.
+"""Compaction and pruning (docs/rules.md §13): the requests, and the batches they become.
 
 A compactor never edits the log. It reads the surface, decides what to replace
 (``compaction_policy``) and sends a request; the session checks that the request still
@@ -76,7 +76,7 @@ class StaleRequest(SurfacelogError):
 
 
 class SplitsToolCall(ValueError, SurfacelogError):
-    """A compaction range would split a tool call from its result (SPEC 13: a cut is
+    """A compaction range would split a tool call from its result (docs/rules.md §13: a cut is
     allowed only where every tool call before it has its result before it). Nothing
     was appended; choose the range again (``choose_range`` only picks safe cuts)."""
 

@@ -1,4 +1,4 @@
-"""Deciding what to compact and prune, and with what (SPEC section 13): the requests a
+"""Deciding what to compact and prune, and with what (docs/rules.md §13): the requests a
 compactor or pruner sends. Pure functions.
 
 A compaction range starts at the surface's first node and ends at a safe cut: one that

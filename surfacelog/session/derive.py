@@ -1,4 +1,4 @@
-"""Derived history: projecting surface nodes to the messages the model sees (SPEC 7).
+"""Derived history: projecting surface nodes to the messages the model sees (docs/rules.md §7).
 
 ``MessageCache`` keeps the projection of the nodes it has seen. While no replace is
 committed the node list only grows at the tail, so it projects the new tail nodes; a

@@ -1,4 +1,4 @@
-"""Fork: a child session seeded with a prefix of a source session (SPEC section 10)."""
+"""Fork: a child session seeded with a prefix of a source session (docs/rules.md §10)."""
 
 from __future__ import annotations
 

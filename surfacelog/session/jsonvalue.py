@@ -1,4 +1,4 @@
-"""JSON value equality with JSON's types (SPEC 6.7): ``true != 1``, ``1 == 1.0`` only as
+"""JSON value equality with JSON's types (docs/rules.md §6.7): ``true != 1``, ``1 == 1.0`` only as
 numbers, object key order ignored."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Legacy logs written before surface markers existed (SPEC section 8)."""
+"""Legacy logs written before surface markers existed (docs/rules.md §8)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """``LogCheck``: validate a log streamed batch by batch, without holding it.
 
 ``replay`` validates a log by building a ``Session`` that holds every event. An import
-only needs the verdict, and the rules of SPEC section 6 look back at very little: the
+only needs the verdict, and the rules of docs/rules.md §6 look back at very little: the
 next seq, the surface nodes (range, coverage) and, for a ``tool/result`` rewrite, the
 event it shadows, which is a current node. So ``LogCheck`` folds each batch through the
 same ``SurfaceManager.fold_batch`` as ``replay`` (every check, in the same order, with

@@ -1,4 +1,4 @@
-"""Crash repair: the events that close a turn a crash left open (SPEC section 9)."""
+"""Crash repair: the events that close a turn a crash left open (docs/rules.md §9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``Session``: one log, one ``SurfaceManager``, one derived-message cache (SPEC 7)."""
+"""``Session``: one log, one ``SurfaceManager``, one derived-message cache (docs/rules.md §7)."""
 
 from __future__ import annotations
 

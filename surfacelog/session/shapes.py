@@ -1,5 +1,5 @@
 """Checks of one candidate on its own: envelope values, type registry, marker placement,
-payload and message shapes (SPEC sections 2, 3, 6.2 and 6.3).
+payload and message shapes (docs/rules.md §§2, 3, 6.2 and 6.3).
 
 Each check raises ``SurfaceError`` naming its rule, the event type and the seq.
 """
@@ -39,7 +39,7 @@ def check_contiguity(event: Event, expected: int) -> None:
 
 
 def check_envelope(event: Event) -> None:
-    """Envelope values of SPEC section 2 and the type registry.
+    """Envelope values of docs/rules.md §2 and the type registry.
 
     An unknown type is accepted only when the event is ``ignorable``.
     """
@@ -109,7 +109,7 @@ def _non_empty_str(value: object) -> bool:
 
 
 def check_payload(event: Event) -> None:
-    """The payload struct of a registered type, and the message rules of SPEC section 3."""
+    """The payload struct of a registered type, and the message rules of docs/rules.md §3."""
     spec = EVENT_TYPES.get(event.type)
     if spec is None or spec.payload is None:
         return

@@ -1,7 +1,7 @@
-"""The surface: one ordered list of seqs, folded incrementally from the log (SPEC 5-6).
+"""The surface: one ordered list of seqs, folded incrementally from the log (docs/rules.md §5-6).
 
 ``SurfaceManager`` is the whole state: ``nodes`` (a list of ints) and
-``replace_generation``. ``plan`` runs every check of SPEC section 6 on a candidate, in
+``replace_generation``. ``plan`` runs every check of docs/rules.md §6 on a candidate, in
 order, without changing anything; ``sync`` folds the events committed to the log since
 the last synchronisation, reusing the plan already made for a just-checked candidate.
 """
@@ -78,7 +78,7 @@ def _plain_envelope(event: Event, seq: int) -> bool:
 
 class EventLookup(Protocol):
     """What the checks read of the events already folded: the event at a seq (only
-    ever a current surface node: rule 6.6 compares a rewrite with the tool/result it
+    ever a current surface node: rule 6.7 compares a rewrite with the tool/result it
     shadows). A ``list[Event]`` log is one; so is ``logcheck``'s node index."""
 
     def __getitem__(self, seq: int, /) -> Event: ...
@@ -146,8 +146,9 @@ class SurfaceManager:
              payload_checked: bool = False) -> SurfacePlan:
         """Check ``event`` as the next event after ``log[:synced]``; change nothing.
 
-        Runs, in SPEC order: contiguity, envelope and registry, eligibility, marker
-        shape, payload shape, range, provenance, coverage, tool/result rewrite. Raises
+        Runs, in the order of docs/rules.md §6: contiguity, envelope and registry,
+        eligibility, marker shape, payload shape, range, provenance, coverage,
+        tool/result rewrite. Raises
         ``SurfaceError`` for the first rule broken. ``payload_checked``: the payload of
         this log-only event was already found valid (``shapes.payloads_valid``).
         """

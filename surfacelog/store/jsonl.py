@@ -1,4 +1,4 @@
-"""DSH-style JSONL import and export of stored sessions (SPEC section 11): a header
+"""DSH-style JSONL import and export of stored sessions (docs/rules.md §11): a header
 line ``{"type":"session",...}`` then one event per line."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Events to ``events`` rows and back (SPEC section 12).
+"""Events to ``events`` rows and back (docs/rules.md §12).
 
 A row is ``(session_id, seq, type, time, data, source_event_seqs, surface_op,
 ignorable)``. ``data``, ``source_event_seqs`` and ``surface_op`` are compact JSON text,

@@ -1,5 +1,5 @@
 """Bump-and-reject: recognise our own database files, refuse every other one untouched,
-and initialise new ones (SPEC section 12).
+and initialise new ones (docs/rules.md §12).
 
 A file is *ours* when its ``application_id`` is ``APPLICATION_ID``, its ``user_version``
 is ``SCHEMA_VERSION`` and its tables, columns and indexes are exactly those that

@@ -71,7 +71,7 @@ def _prepare(where: str, synchronous: Synchronous, busy_timeout_ms: int,
 
 
 def _prepare_read_only(where: str, busy_timeout_ms: int, conn: sqlite3.Connection) -> None:
-    """Check the file holds our store, of this schema version (SPEC 12: a file of any
+    """Check the file holds our store, of this schema version (docs/rules.md §12: a file of any
     other version is refused, never migrated). Raises ``StoreError``,
     ``VersionRefused``."""
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")

@@ -124,7 +124,7 @@ def _slot(block: dict[str, Any]) -> Any:
 
 
 def _non_empty(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """An assistant message with no blocks projects nothing (SPEC 7): keep a node's item
+    """An assistant message with no blocks projects nothing (docs/rules.md §7): keep a node's item
     visible with one empty placeholder block, dropped again when read back."""
     return blocks if blocks else [{"type": "text", "text": "", RESIDUAL: {"placeholder": True}}]
 

@@ -1,7 +1,7 @@
 """``SurfacelogSession``: the OpenAI Agents SDK ``Session`` protocol over a surfacelog log.
 
 The SDK keeps a conversation as a list of Responses items; here each item is one event
-of an append-only log and the list the SDK reads is the log's *surface* (SPEC 7):
+of an append-only log and the list the SDK reads is the log's *surface* (docs/rules.md §7):
 
 - ``add_items`` appends one surface event per item (``mapping``); a
   ``function_call_output`` is preceded by a log-only ``tool/call`` that its
@@ -10,7 +10,7 @@ of an append-only log and the list the SDK reads is the log's *surface* (SPEC 7)
   the checkpoint in place of the items it replaced, after ``pop_item`` the popped item
   is gone. The items of each node are cached as JSON, so a read decodes one document.
 - ``pop_item`` cannot delete: it appends an *eraser*, an ``assistant/message`` with
-  empty content (which projects nothing, SPEC 7), that replaces the last node holding an
+  empty content (which projects nothing, docs/rules.md §7), that replaces the last node holding an
   item (and any erasers after it) and cites what it hides. The popped item stays in the
   log, off the surface; ``surfacelog inspect`` and ``derive_messages(as_of=...)`` still
   show it.
@@ -317,7 +317,7 @@ class SurfacelogSession:
         ``retain_tokens`` with a checkpoint citing every hidden node. The other SDK
         arguments (``response_id``, ``compaction_mode``, ``store``) concern OpenAI's
         server-side compaction and are ignored. A summary that would not shrink the
-        range is recorded as a failed compaction (SPEC 13), changing nothing."""
+        range is recorded as a failed compaction (docs/rules.md §13), changing nothing."""
         force = bool((args or {}).get("force", False))
 
         def plan(view: View) -> CompactionRequest | None:
