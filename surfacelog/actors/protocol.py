@@ -54,6 +54,7 @@ from surfacelog.actors.config import Placement as Placement
 from surfacelog.schema.codec import JSON_DECODER, JSON_ENCODER
 from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.events import Event, ReplaceOp
+from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.limits import (
     MAX_NESTING,
     may_nest_too_deep,
@@ -64,7 +65,6 @@ from surfacelog.session import AppendSpec, build_event
 from surfacelog.session.compaction import CompactionRequest as CompactionRequest
 from surfacelog.session.compaction import PruneRequest as PruneRequest
 from surfacelog.session.compaction import StaleRequest
-from surfacelog.session.gcpause import gc_paused
 from surfacelog.store.rows import EncodedBatch
 from surfacelog.store.stored import StoredSession
 

@@ -20,11 +20,11 @@ from surfacelog.schema.events import (
     SurfaceType,
     surface_op_from_json,
 )
+from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.header import SessionHeader
 from surfacelog.schema.limits import check_scalar, own_json
 from surfacelog.session import shapes
 from surfacelog.session.derive import MessageCache, MessagesView, derive_from_nodes
-from surfacelog.session.gcpause import gc_paused
 from surfacelog.session.surface import Replacement, SurfaceManager
 from surfacelog.session.timetravel import SurfaceHistory
 from surfacelog.session.turns import last_turn_boundary, turn_opened_by

@@ -25,13 +25,13 @@ from surfacelog.schema.codec import JSON_DECODER, JSON_ENCODER
 from surfacelog.schema.dsh import PackedRun
 from surfacelog.schema.errors import InvalidArgument
 from surfacelog.schema.events import Event, ReplaceOp
+from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.limits import (
     MAX_NESTING,
     may_nest_too_deep,
     nesting_depth,
     nesting_error,
 )
-from surfacelog.session.gcpause import gc_paused
 from surfacelog.store.errors import BadEvent, CorruptStore, SeqMismatch
 
 Row = tuple[str, int, Any, Any, str | None, str | None, str | None, Any]

@@ -26,8 +26,8 @@ from surfacelog.actors.protocol import (
     unpack_batch,
 )
 from surfacelog.schema.events import Event, ReplaceOp
+from surfacelog.schema.gcpause import gc_paused
 from surfacelog.session import AppendSpec, Session
-from surfacelog.session.gcpause import gc_paused
 from surfacelog.store.rows import encode_batch
 
 

@@ -50,9 +50,9 @@ from typing_extensions import override
 from surfacelog.schema.codec import encode_json
 from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.events import Event
+from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
 from surfacelog.session import Session, now_ms
-from surfacelog.session.gcpause import gc_paused
 from surfacelog.store.base import EventStore, ScopeConflict, SessionExists, SessionNotFound
 from surfacelog.store.scoped import ScopedSession
 

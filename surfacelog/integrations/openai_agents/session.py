@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Final
 from surfacelog.schema.codec import decode_json, encode_json
 from surfacelog.schema.errors import LogError
 from surfacelog.schema.events import Event, ReplaceOp
+from surfacelog.schema.gcpause import gc_paused
 from surfacelog.session import (
     AppendSpec,
     CompactionRequest,
@@ -48,7 +49,6 @@ from surfacelog.session import (
     extractive_summary,
     project,
 )
-from surfacelog.session.gcpause import gc_paused
 from surfacelog.store.base import EventStore
 
 from .backends import Backend, EmbeddedBackend, HandleBackend, View
