@@ -244,7 +244,9 @@ async def interleaved(a: Callable[[], Awaitable[Any]], b: Callable[[], Awaitable
 
 
 async def bench_append_rtt(tmp: str, report: Report, n: int = 2000,
-                           placement: str = "dedicated") -> None:
+                           placement: str = "dedicated", block: int = 50) -> None:
+    """``n`` pings and ``n`` appends, alternating in blocks of ``block`` (after a warm-up
+    of ``min(n, 200)`` of each), per durability."""
     for durability in ("buffered", "durable"):
         host = open_host(tmp, f"rtt-{durability}", placement, durability)
         try:
@@ -259,8 +261,8 @@ async def bench_append_rtt(tmp: str, report: Report, n: int = 2000,
             async def append(handle: Any = handle, data: Any = data) -> None:
                 await handle.append("assistant/chunk", data)
 
-            await interleaved(ping, append, min(n, 200))  # warm up
-            pings, appends = await interleaved(ping, append, n)
+            await interleaved(ping, append, min(n, 200), block)  # warm up
+            pings, appends = await interleaved(ping, append, n, block)
             base = _median_us(pings)
             ok = None if durability == "durable" else _median_us(appends) <= 1.3 * base
             report.add(Result("1", f"append round trip, {durability}",
@@ -362,7 +364,10 @@ async def bench_append_batch(tmp: str, report: Report, batch: int = 2048,
 
 
 async def bench_derive(tmp: str, report: Report, sizes: Sequence[int] = (1_000, 100_000),
-                       placement: str = "dedicated") -> None:
+                       placement: str = "dedicated", calls: int | None = None,
+                       reactivations: int | None = None) -> None:
+    """Per size: ``calls`` derives and pings (default 200, 20 past 10k events) and
+    ``reactivations`` passivate-and-activate rounds (default 10, 3 past 10k events)."""
     host = open_host(tmp, "derive", placement, "buffered")
     try:
         for size in sizes:
@@ -380,15 +385,15 @@ async def bench_derive(tmp: str, report: Report, sizes: Sequence[int] = (1_000, 
             async def derive(handle: Any = handle) -> None:
                 await handle.derive_messages()
 
-            n = 200 if size <= 10_000 else 20
+            n = calls if calls is not None else 200 if size <= 10_000 else 20
             await interleaved(ping, derive, 10, block=5)
             pings, derives = await interleaved(ping, derive, n, block=min(n, 20))
             messages = len(await handle.derive_messages())
             report.add(Result("3", f"derive_messages at {length:,} events",
                               _median_us(derives), "us", "no-op call (ping)",
                               _median_us(pings), note=f"{messages:,} messages returned"))
-            await bench_reactivation(host, handle, report, length,
-                                     reps=3 if size > 10_000 else 10)
+            reps = reactivations if reactivations is not None else 3 if size > 10_000 else 10
+            await bench_reactivation(host, handle, report, length, reps=reps)
     finally:
         drop_host(host)
 
@@ -685,11 +690,12 @@ def _cpu_all() -> dict[int, float]:
     return cpu_by_process()
 
 
-async def bench_append_cpu(tmp: str, report: Report, n: int = 2000, block: int = 200
-                           ) -> None:
+async def bench_append_cpu(tmp: str, report: Report, n: int = 2000, block: int = 200,
+                           warmup: int = 200) -> None:
     """Sequential durable one-event appends and no-op calls of the same argument size, in
     alternating blocks; CPU of every process of the embedded Ray read (psutil) around
-    each block and summed per side."""
+    each block and summed per side. First ``min(n, warmup)`` of each, not measured, in
+    blocks of at most 50."""
     from surfacelog.actors.protocol import AppendAck
 
     data = {"turn": 1, "step": 1, "chunk": CHUNK}
@@ -717,7 +723,7 @@ async def bench_append_cpu(tmp: str, report: Report, n: int = 2000, block: int =
             async def append(handle: Any = handle, data: Any = data) -> None:
                 await handle.append("assistant/chunk", data)
 
-            await interleaved(noop, append, min(n, 200))  # warm up
+            await interleaved(noop, append, min(n, warmup), min(50, warmup))  # warm up
             cpu = {"noop": 0.0, "append": 0.0}
             by_pid: dict[str, float] = {}
             lat: dict[str, list[float]] = {"noop": [], "append": []}

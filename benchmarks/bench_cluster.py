@@ -6,7 +6,8 @@ figure beside a baseline measured in the same run, printed as a ratio.
 Ray's own multi-node harness (``ray.cluster_utils.Cluster``, as in
 ``tests/support/cluster_scenario.py``) starts, in this process, a head node, one worker node per
 shard offering the custom resource ``surfacelog_shard_sK`` (the shard's writer and, by
-default, its session actors run there) and one node offering ``surfacelog_sessions``
+default, its session actors run there; ``--quick``: two such nodes, each offering two
+shards' resources) and one node offering ``surfacelog_sessions``
 (for session actors placed off their shard's node: ``HostingConfig(colocate=False)``).
 Every node is a separate raylet on loopback, with Ray's token authentication on. Every
 database lives in a temporary folder. Measures:
@@ -73,6 +74,10 @@ from surfacelog.store.shards import Shard, ShardMap, default_resource
 
 MB = 1024 * 1024
 SHARD_NODES = 4
+QUICK_SHARD_NODES = 2
+"""``--quick``'s shard nodes: node ``k`` offers the resources of shards ``k`` and
+``k + 2``, so the 4-shard runs have two shards per node. A smoke run of every figure,
+not a measurement: two raylets fewer to start (about 2 s each on this machine)."""
 
 
 # -- the report ----------------------------------------------------------------------------
@@ -146,10 +151,12 @@ def pct(samples: Sequence[float], q: float) -> float:
 
 
 class Nodes:
-    """A head node, ``SHARD_NODES`` shard nodes (``s0``...) and one sessions node, each a
+    """A head node, ``shard_nodes`` shard nodes (node ``k`` offering shard ``sK``'s
+    resource, and with fewer than ``SHARD_NODES`` nodes those of shards ``k + shard_nodes``,
+    ``k + 2 * shard_nodes``... below ``SHARD_NODES``) and one sessions node, each a
     raylet of this machine; this process is the driver."""
 
-    def __init__(self) -> None:
+    def __init__(self, shard_nodes: int = SHARD_NODES) -> None:
         from ray.cluster_utils import Cluster
 
         local_ray_on_loopback()
@@ -167,9 +174,11 @@ class Nodes:
         t0 = time.perf_counter()
         self.cluster = Cluster(initialize_head=True, head_node_args={
             "num_cpus": 1, "include_dashboard": False})
-        for k in range(SHARD_NODES):
+        self.shard_nodes = shard_nodes
+        for k in range(shard_nodes):
             self.cluster.add_node(num_cpus=1, include_dashboard=False,
-                                  resources={default_resource(f"s{k}"): 1})
+                                  resources={default_resource(f"s{j}"): 1
+                                             for j in range(k, SHARD_NODES, shard_nodes)})
         self.cluster.add_node(num_cpus=1, include_dashboard=False,
                               resources={SESSION_RESOURCE: 1})
         self.cluster.wait_for_nodes(timeout=120)
@@ -602,7 +611,7 @@ async def run_all(folder: str, nodes: Nodes, args: argparse.Namespace) -> Report
         print("a. scale-out: 1, 2, 4 shards", flush=True)
         await bench_scale(folder, report, (1, 2, 4), sessions=args.sessions or
                           (3 if quick else 12), turns=1 if quick else 6, chunks=8,
-                          writers=("journal", "owner"), idle_s=0.3 if quick else 2.0)
+                          writers=("journal", "owner"), idle_s=0.1 if quick else 2.0)
     if "b" in only:
         print("b. co-location", flush=True)
         await bench_colocation(folder, nodes, report, n=100 if quick else 1500,
@@ -619,7 +628,8 @@ async def run_all(folder: str, nodes: Nodes, args: argparse.Namespace) -> Report
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes (< 60 s)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"small sizes, {QUICK_SHARD_NODES} shard nodes (< 60 s)")
     parser.add_argument("--only", default=None, help="sections to run: a,b,c,d")
     parser.add_argument("--sessions", type=int, default=0, help="a: sessions per shard")
     parser.add_argument("--max-sessions", type=int, default=0,
@@ -629,9 +639,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     spin = cpu_reference()
     load = os.getloadavg()
-    nodes = Nodes()
+    nodes = Nodes(QUICK_SHARD_NODES if args.quick else SHARD_NODES)
     try:
-        print(f"cluster: head + {SHARD_NODES} shard nodes + 1 sessions node up in "
+        print(f"cluster: head + {nodes.shard_nodes} shard nodes + 1 sessions node up in "
               f"{nodes.start_s:.1f} s (auth: {nodes.auth})", flush=True)
         with tempfile.TemporaryDirectory(prefix="bench-cluster-") as folder:
             report = asyncio.run(run_all(folder, nodes, args))

@@ -123,16 +123,21 @@ async def undeploy(tmp: str) -> None:
 
 
 def deploy(tmp: str, port: int) -> str:
-    """Serve on ``127.0.0.1:port`` the echo app and the gateway over a durable and a
-    buffered deployment; returns the base URL. Ray must be initialised."""
+    """Serve on ``127.0.0.1:port`` the echo app and the gateway over each deployment of
+    ``VARIANTS``; returns the base URL once all of them run. Ray must be initialised.
+
+    The apps are deployed together (``serve.run_many``): their replicas start at the
+    same time and are waited for at once, instead of one ``serve.run`` (and its
+    1 s status polling) after another. Nothing is measured before all of them run."""
     if __name__ != "__main__":  # imported (the smoke test): Serve pickles it by value
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     auth = AuthConfig(parse_grants(TOKEN, "bench"))
     serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(echo_app(), name="echo", route_prefix="/echo")
-    for prefix, hosting in hostings(tmp).items():
-        serve.run(gateway_app(hosting, auth), name=f"gateway-{prefix}",
-                  route_prefix=f"/{prefix}")
+    serve.run_many([
+        serve.RunTarget(echo_app(), name="echo", route_prefix="/echo"),
+        *(serve.RunTarget(gateway_app(hosting, auth), name=f"gateway-{prefix}",
+                          route_prefix=f"/{prefix}")
+          for prefix, hosting in hostings(tmp).items())])
     return f"http://127.0.0.1:{port}"
 
 

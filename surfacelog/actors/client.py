@@ -14,7 +14,7 @@ import contextlib
 import os
 import zlib
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, overload
 
 import ray
@@ -62,9 +62,33 @@ from surfacelog.store.base import CommitFailed, SessionExists, SessionInfo, Stor
 from surfacelog.store.replica import ReplicaPlan
 from surfacelog.store.shards import Shard, ShardMap
 
-RETRY_FOR_S = 30.0
+RETRY_FOR_S_ENV: Final = "SURFACELOG_RETRY_FOR_S"
+"""The environment variable that sets ``RETRY_FOR_S`` (seconds, > 0), read once, when
+this module is imported; every process of a Ray that a process started inherits it.
+Unset, the window is 30 s. For tests that lose a node on purpose and would otherwise
+wait out whole windows after everything is gone; not meant to be tuned in production."""
+
+
+def _retry_for_s(environ: Mapping[str, str] = os.environ) -> float:
+    """``RETRY_FOR_S``: 30 s, or ``SURFACELOG_RETRY_FOR_S``. Raises ``ValueError`` when
+    that is not a positive number."""
+    raw = environ.get(RETRY_FOR_S_ENV, "").strip()
+    if not raw:
+        return 30.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{RETRY_FOR_S_ENV} must be a positive number of seconds, "
+                         f"not {raw!r}")
+    return value
+
+
+RETRY_FOR_S = _retry_for_s()
 """How long a handle keeps resending an idempotent request whose actor died or is
-restarting (Ray restarts it; a dedicated actor's new process takes about a second)."""
+restarting (Ray restarts it; a dedicated actor's new process takes about a second):
+30 s unless ``SURFACELOG_RETRY_FOR_S`` says otherwise."""
 _MAX_CONCURRENCY = 10_000
 _HOMES_KEPT = 100_000
 """Session homes a client remembers (least recently used dropped first)."""

@@ -27,7 +27,7 @@ import random
 import shutil
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +44,34 @@ HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_failure_threshold
 """The GCS's checks of its nodes: a node killed abruptly is found dead after about 5 s
 (Ray's defaults, 3 s x 5, take about 15 s), and only then does Ray restart its actors
 on the node that returns. A slower check would lengthen every abrupt outage; a faster
-one risks declaring a busy node of this small machine dead."""
+one risks declaring a busy node of this small machine dead. Ray's own environment
+variables ``RAY_health_check_period_ms`` and ``RAY_health_check_failure_threshold``,
+when set, take the place of these values (``health_checks``, read when a cluster
+starts): for tests that kill nodes on purpose and would otherwise wait out the
+detection; not meant to be tuned in production."""
 RECOVER_DEADLINE_S = 90.0
 """How long the node chaos waits for a returned node's shards to serve again."""
+
+
+def health_checks(environ: Mapping[str, str] = os.environ) -> dict[str, int]:
+    """``HEALTH_CHECKS``, each value replaced by Ray's environment variable of the same
+    name (``RAY_health_check_period_ms``, ``RAY_health_check_failure_threshold``) when
+    that is set. Ray would ignore those variables here: the values a cluster is started
+    with (its ``_system_config``) take precedence over the environment. Raises
+    ``ValueError`` when one is not a positive integer."""
+    checks = dict(HEALTH_CHECKS)
+    for name in checks:
+        raw = environ.get(f"RAY_{name}", "").strip()
+        if not raw:
+            continue
+        try:
+            value = int(raw)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise ValueError(f"RAY_{name} must be a positive integer, not {raw!r}")
+        checks[name] = value
+    return checks
 
 
 def shard_files(db: Path, count: int) -> tuple[list[Path], Path]:
@@ -140,7 +165,7 @@ class LocalCluster:
         # The head offers no shard resource: nothing of a shard runs there, so removing
         # a worker never takes the GCS or the run's own actors with it.
         head = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 1, "include_dashboard": False, "_system_config": HEALTH_CHECKS})
+            "num_cpus": 1, "include_dashboard": False, "_system_config": health_checks()})
         self = cls(shards, nodes, head, auth_mode)
         try:
             for k in range(nodes):

@@ -36,15 +36,15 @@ def test_batches_are_valid_scripted_turns(bench: ModuleType) -> None:
 async def test_measurements_run_at_tiny_sizes(bench: ModuleType, tmp_path: Path) -> None:
     report = bench.Report()
     tmp = str(tmp_path)
-    await bench.bench_append_rtt(tmp, report, n=20)
-    await bench.bench_append_batch(tmp, report, batch=64, events=300)
-    await bench.bench_derive(tmp, report, sizes=(200,))
+    await bench.bench_append_rtt(tmp, report, n=20, block=10)
+    await bench.bench_append_batch(tmp, report, batch=64, events=300, reps=2)
+    await bench.bench_derive(tmp, report, sizes=(200,), calls=20, reactivations=3)
     empty = await bench.empty_actor_baseline(tmp, n=1)
     await bench.bench_dedicated(tmp, report, empty, sequential=1, concurrent=1)
     await bench.bench_packed(tmp, report, empty, maximum=60, wave=20,
                              checkpoints=(30, 60), sequential=5)
     await bench.bench_journal(tmp, report, sessions=3, rounds=2)
-    await bench.bench_append_cpu(tmp, report, n=20, block=10)
+    await bench.bench_append_cpu(tmp, report, n=20, block=10, warmup=10)
     sections = {r.section for r in report.results}
     assert sections == {"1", "2", "3", "4", "5", "6", "7"}
     cpu = [r for r in report.results if r.section == "7"]

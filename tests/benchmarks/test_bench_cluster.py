@@ -6,18 +6,22 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 
 from support import paths
+from support.cli_runs import CLUSTER_ENV
 
 BENCH = paths.BENCHMARKS / "bench_cluster.py"
 PREFIX = "BENCH_CLUSTER_JSON "
 
 
 def test_quick_run_prints_every_figure() -> None:
+    # The actors of each deployment start side by side on their nodes (CLUSTER_ENV).
     proc = subprocess.run([sys.executable, str(BENCH), "--quick"], cwd=BENCH.parent.parent,
-                          capture_output=True, text=True, timeout=600, check=False)
+                          capture_output=True, text=True, timeout=600, check=False,
+                          env={**os.environ, **CLUSTER_ENV})
     tail = f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n" \
         f"{proc.stderr[-3000:]}"
     assert proc.returncode == 0, tail

@@ -151,19 +151,25 @@ def test_owner_writer_run_verifies(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("ray_local")
-@pytest.mark.parametrize(("durability", "writer", "kill_every"), [
-    ("durable", "journal", "0.7"), ("buffered", "journal", "0.7"),
+@pytest.mark.parametrize(("durability", "writer", "kill_every", "turns"), [
+    # Durable appends through the journal each wait for their commit, and every second
+    # kill (the journal's) holds up every session's until the new journal answers, as
+    # long as Ray takes to fail the calls on the dead one: the slowest run by far, so
+    # half as many turns, under kills just as frequent (a kill every 2-4 s: 6-10 of them).
+    ("durable", "journal", "0.7", 6), ("buffered", "journal", "0.7", 12),
     # With the owner writer every kill takes all of the shard's sessions down (one
     # actor hosts them), so kills come less often for turns to complete between them.
-    ("durable", "owner", "1.5"), ("buffered", "owner", "1.5")])
+    ("durable", "owner", "1.5", 12), ("buffered", "owner", "1.5", 12)],
+    ids=["durable-journal-0.7", "buffered-journal-0.7", "durable-owner-1.5",
+         "buffered-owner-1.5"])
 def test_run_under_chaos_stays_consistent(tmp_path: Path, durability: str, writer: str,
-                                          kill_every: str) -> None:
+                                          kill_every: str, turns: int) -> None:
     """Session actors and the writer killed mid-run come back: sessions through crash
     repair or a reload from the store, the drivers resend exactly once, and the database
     replays to what the live actors report. Durable: no acknowledged event is missing.
     Buffered: what was lost is counted, and the live sessions agree with the store."""
     db = tmp_path / "chaos.db"
-    report = run_json(db, "--sessions", "6", "--turns", "12", "--mode", "chunk",
+    report = run_json(db, "--sessions", "6", "--turns", str(turns), "--mode", "chunk",
                       "--kill-every", kill_every, "--kill-journal", "--durability",
                       durability, "--writer", writer)
     assert report["writer"] == writer
@@ -172,7 +178,7 @@ def test_run_under_chaos_stays_consistent(tmp_path: Path, durability: str, write
         assert report["lost_acknowledged"] == 0 and report["write_failures"] == []
         assert report["log_events"] >= report["events"]
     assert report["errors"] == 0, report["last_error"]
-    assert report["turns_done"] + report["turns_interrupted"] == 72
+    assert report["turns_done"] + report["turns_interrupted"] == 6 * turns
     assert report["verification"] == {"passed": True, "sessions": 6, "mismatches": []}
 
 

@@ -153,14 +153,32 @@ def _await_process(pid: int, marker: str) -> psutil.Process:
         psutil.wait_procs([psutil.Process(pid)], timeout=0.2)
 
 
+NODE_LOSS_ENV = {
+    # Ray's GCS declares a node dead after this many failed health checks in a row,
+    # this far apart (by default 5, 3 s apart: 15 s). A killed raylet fails each at
+    # once; a live one, however loaded, has Ray's 10 s timeout per check to answer.
+    "RAY_health_check_period_ms": "250",
+    "RAY_health_check_failure_threshold": "4",
+    # The run's client then retries requests to actors that are all gone, for
+    # ``Client.retry_for_s`` each time (30 s by default): flushing, reading the live
+    # state, passivating. A short window ends them as they would end anyway.
+    "SURFACELOG_RETRY_FOR_S": "1",
+}
+"""The environment of a run that loses its node: the same outcome, without waiting out
+Ray's detection and whole retry windows after everything is gone."""
+
+
 @pytest.fixture
-def long_run(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+def long_run(tmp_path: Path, request: pytest.FixtureRequest
+             ) -> Iterator[subprocess.Popen[bytes]]:
     """A run that would go on for hours; its stderr (the live view) goes to the file
-    ``stderr.txt`` (a pipe nobody reads would fill and stop it)."""
+    ``stderr.txt`` (a pipe nobody reads would fill and stop it). Its environment is
+    ``ENV`` with the variables of an indirect parameter, if any."""
     db = tmp_path / "long.db"
+    env = {**ENV, **getattr(request, "param", {})}
     with (tmp_path / "stderr.txt").open("wb") as err:
         proc = subprocess.Popen([*CLI, "run", "--db", str(db), "--sessions", "4",
-                                 "--turns", "100000", "--json"], env=ENV,
+                                 "--turns", "100000", "--json"], env=env,
                                 stdout=subprocess.PIPE, stderr=err)
     try:
         yield proc
@@ -170,8 +188,11 @@ def long_run(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
         proc.communicate(timeout=120)
 
 
-@pytest.mark.parametrize("victim", ["ray::DriverActor", "ray::CompactionActor",
-                                    "ray::PrunerActor", "raylet/raylet"])
+@pytest.mark.parametrize(("victim", "long_run"), [
+    ("ray::DriverActor", {}), ("ray::CompactionActor", {}), ("ray::PrunerActor", {}),
+    ("raylet/raylet", NODE_LOSS_ENV)],
+    ids=["ray::DriverActor", "ray::CompactionActor", "ray::PrunerActor", "raylet/raylet"],
+    indirect=["long_run"])
 def test_losing_a_run_actor_or_the_raylet_ends_with_a_report_and_exit_4(
         tmp_path: Path, long_run: subprocess.Popen[bytes], victim: str) -> None:
     """A second run on the same --db is refused while this one holds it; killing one

@@ -1,34 +1,30 @@
 """``HostingConfig.colocate``: session actors on their shard's node, or on the nodes that
 offer ``SESSION_RESOURCE``, checked by node id on a real multi-node cluster
-(``tests/support/colocate_scenario.py``, in a child process: this one may hold the suite's local
-Ray)."""
+(``tests/support/colocate_scenario.py``'s check, in a child process: this one may hold
+the suite's local Ray). The check runs on the cluster of the short node-loss run
+(``cluster_scenario.py --short --colocate``, shared with
+``tests/cluster/test_node_removed_and_added.py``), before that run, on its shard ``s0``'s
+node and a node of its own offering ``SESSION_RESOURCE``."""
 
 from __future__ import annotations
-
-import json
-import subprocess
-import sys
 
 import pytest
 
 from surfacelog.actors.config import SESSION_RESOURCE, HostingConfig
 from surfacelog.store.shards import Shard, ShardMap
 
-from support import paths
-
-SCENARIO = paths.SUPPORT / "colocate_scenario.py"
+from support.cli_runs import short_cluster_run
 
 
 def test_colocate_places_session_actors_where_it_says() -> None:
-    proc = subprocess.run([sys.executable, str(SCENARIO)], cwd=paths.REPO,
-                          capture_output=True, text=True, timeout=300, check=False)
-
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    assert lines, f"no report (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
-    report = json.loads(lines[-1])
+    run = short_cluster_run()
+    report = run.get("colocate")
+    assert report is not None, (f"no colocation report (exit {run['_returncode']}, "
+                                f"crashed: {run.get('crashed')}):\n{run['_stderr_tail']}")
+    # It ran to its end (as the standalone script's exit status 0 says), every check held.
+    assert report["crashed"] is None, (report, run["_stderr_tail"])
     assert report["checks"] and all(report["checks"].values()), report
     assert report["shard_node"] != report["sessions_node"] != report["head_node"]
-    assert proc.returncode == 0
 
 
 def test_session_resources() -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from support import paths
-from support.cli_runs import run_report
+from support.cli_runs import NODE_LOSS_ENV, run_report
 
 SCENARIO = paths.SUPPORT / "disk_loss_scenario.py"
 ROOT = paths.REPO
@@ -50,8 +50,9 @@ def _check_losses(report: dict[str, Any], count: int) -> None:
 
 
 def test_disk_loss_restored_on_another_node() -> None:
-    """One shard, 4 sessions, 3 s of durable load, one disk loss."""
-    _check_losses(run_scenario("--sessions", "4", "--warmup-s", "3", timeout_s=240), 1)
+    """One shard, 4 sessions, durable load until each session's events reached the
+    replica, one disk loss."""
+    _check_losses(run_scenario("--sessions", "4", timeout_s=240), 1)
 
 
 @pytest.mark.slow
@@ -66,9 +67,10 @@ def test_disk_loss_soak() -> None:
 
 def test_run_loses_disks_and_restores_them(tmp_path: Path) -> None:
     """The load run on a local cluster of two worker nodes with a replica per shard, a
-    worker node losing its disk every 1.5 s: it verifies, every acknowledged event found
-    missing is on a shard that lost its disk (counted, not a failure), the shard map
-    names the replicas, and no litestream process is left."""
+    worker node losing its disk every 1.5 s and back 0.5 s later (found dead in about a
+    second: ``NODE_LOSS_ENV``): it verifies, every acknowledged event found missing is
+    on a shard that lost its disk (counted, not a failure), the shard map names the
+    replicas, and no litestream process is left."""
     from surfacelog.actors.replication import litestream_processes
     from surfacelog.store.replica import ReplicaPlan
     from surfacelog.store.shards import load_shard_map
@@ -76,7 +78,8 @@ def test_run_loses_disks_and_restores_them(tmp_path: Path) -> None:
     db = tmp_path / "run.db"
     report = run_report(db, "--local-nodes", "2", "--shards", "2", "--sessions", "4",
                         "--turns", "25", "--replica", str(tmp_path / "replicas"),
-                        "--kill-disk-every", "1.5", timeout_s=300)
+                        "--kill-disk-every", "1.5", "--node-down", "0.5", timeout_s=300,
+                        env=NODE_LOSS_ENV)
 
     assert report["verification"]["passed"] and not report["incomplete"]
     assert report["disk_losses"] >= 1 and report["errors"] == 0

@@ -9,6 +9,7 @@ only. The assertions read the run's JSON report and the shard files it leaves.
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,10 @@ import pytest
 from typer.testing import CliRunner
 
 from surfacelog.cli import app, live
-from surfacelog.cli.localcluster import make_shard_map, shard_files
+from surfacelog.cli.localcluster import HEALTH_CHECKS, health_checks, make_shard_map, shard_files
 from surfacelog.store.shards import load_shard_map
 
-from support.cli_runs import cli, run_report
+from support.cli_runs import CLUSTER_ENV, NODE_LOSS_ENV, cli, clis, run_report
 
 
 def assert_shard_figures(report: dict[str, Any], names: list[str]) -> None:
@@ -35,21 +36,23 @@ def assert_shard_figures(report: dict[str, Any], names: list[str]) -> None:
         assert 0 < lat["p50"] <= lat["p99"], name
 
 
-def stored_sessions(shard_map: Path) -> dict[str, str]:
-    """Session -> shard, replayed from the shard files in a fresh process."""
-    proc = cli("digest", "--shards", str(shard_map), "--json", timeout_s=120)
-    assert proc.returncode == 0, proc.stderr
-    return {e["session"]: e["shard"] for e in json.loads(proc.stdout)}
+def stored_sessions(digest: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    """Session -> shard, from ``digest --shards MAP --json`` (the shard files replayed
+    in a fresh process)."""
+    assert digest.returncode == 0, digest.stderr
+    return {e["session"]: e["shard"] for e in json.loads(digest.stdout)}
 
 
 def test_cluster_run_survives_node_kills(tmp_path: Path) -> None:
     """Two worker nodes, two shards, a node removed every 3 s (the first gracefully,
-    the next abruptly) and added back 2 s later: the run ends verified with nothing
+    the next abruptly) and added back 0.5 s later (an abruptly killed one found dead
+    in about a second: ``NODE_LOSS_ENV``): the run ends verified with nothing
     acknowledged lost, no error, and each kill's shards serving again."""
     db = tmp_path / "kills.db"
     html = tmp_path / "kills.html"
     report = run_report(db, "--local-nodes", "2", "--shards", "2", "--sessions", "8",
-                        "--turns", "40", "--kill-node-every", "3", "--report", str(html))
+                        "--turns", "40", "--kill-node-every", "3", "--node-down", "0.5",
+                        "--report", str(html), env=NODE_LOSS_ENV)
 
     assert report["verification"] == {"passed": True, "sessions": 8, "mismatches": []}
     assert report["errors"] == 0, report["last_error"]
@@ -80,9 +83,10 @@ def test_cluster_run_survives_node_kills(tmp_path: Path) -> None:
     assert shard_map == tmp_path / "kills.shards.json"
     assert [Path(s.path).name for s in load_shard_map(shard_map).shards] == \
         ["kills.s0.db", "kills.s1.db"]
-    stored = stored_sessions(shard_map)
+    digest, verify = clis(("digest", "--shards", str(shard_map), "--json"),
+                          ("verify", "--shards", str(shard_map)), timeout_s=120)
+    stored = stored_sessions(digest)
     assert len(stored) == 8
-    verify = cli("verify", "--shards", str(shard_map), timeout_s=120)
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
     text = html.read_text(encoding="utf-8")
@@ -92,7 +96,7 @@ def test_cluster_run_survives_node_kills(tmp_path: Path) -> None:
 def test_cluster_run_without_kills_reports_each_shard(tmp_path: Path) -> None:
     """One worker node hosting two shards, no kills: per-shard figures, no outage."""
     report = run_report(tmp_path / "calm.db", "--local-nodes", "1", "--shards", "2",
-                        "--sessions", "4", "--turns", "2")
+                        "--sessions", "4", "--turns", "2", env=CLUSTER_ENV)
     assert report["verification"]["passed"] and report["errors"] == 0
     assert report["node_kills"] == 0 and report["recovery_s"]["count"] == 0
     assert_shard_figures(report, ["s0", "s1"])
@@ -123,6 +127,21 @@ def test_bad_option_in_a_child_process_is_one_line() -> None:
     assert proc.stdout == ""
     assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
     assert "needs --local-nodes" in proc.stderr
+
+
+def test_health_checks_take_rays_own_variables() -> None:
+    """A local cluster's node health checks: ``HEALTH_CHECKS``, or Ray's own variables
+    when set (a cluster's system config would take precedence over them)."""
+    assert health_checks({}) == HEALTH_CHECKS == {
+        "health_check_period_ms": 1000, "health_check_failure_threshold": 5}
+    assert health_checks({"RAY_health_check_period_ms": " 200 "}) == {
+        "health_check_period_ms": 200, "health_check_failure_threshold": 5}
+    assert health_checks({"RAY_health_check_failure_threshold": "3",
+                          "RAY_health_check_timeout_ms": "10"}) == {
+        "health_check_period_ms": 1000, "health_check_failure_threshold": 3}
+    for bad in ("0", "-5", "1.5", "soon"):
+        with pytest.raises(ValueError, match="RAY_health_check_period_ms"):
+            health_checks({"RAY_health_check_period_ms": bad})
 
 
 def test_shard_files_sit_next_to_the_database(tmp_path: Path) -> None:

@@ -4,33 +4,23 @@ node removed during a durable run and added back.
 
 The scenario runs in a child process: this test process may already hold the suite's
 local Ray (``ray_local``), and a driver joins one Ray cluster only. Each check of its
-JSON report is asserted on its own, so a failure names what broke.
+JSON report is asserted on its own, so a failure names what broke. The short run is
+the one ``tests/cluster/test_colocation.py`` reads too (``short_cluster_run``: its
+cluster checks the colocation first, on a node of its own).
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 
-from support import paths
-
-SCENARIO = paths.SUPPORT / "cluster_scenario.py"
-ROOT = paths.REPO
+from support.cli_runs import scenario_report, short_cluster_run
 
 
 def run_scenario(*args: str, timeout_s: float) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, str(SCENARIO), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout_s, check=False)
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    assert lines, f"no report (exit {proc.returncode}); stderr:\n{proc.stderr[-6000:]}"
-    report: dict[str, Any] = json.loads(lines[-1])
-    report["_stderr_tail"] = proc.stderr[-6000:]
-    report["_returncode"] = proc.returncode
-    return report
+    return scenario_report("cluster_scenario.py", *args, timeout_s=timeout_s)
 
 
 # Asserted one by one (the report's ``failed`` lists them too): which guarantee broke.
@@ -74,7 +64,7 @@ def assert_checks(report: dict[str, Any], names: list[str]) -> None:
 
 @pytest.fixture(scope="module")
 def short_report() -> dict[str, Any]:
-    return run_scenario("--short", timeout_s=300)
+    return short_cluster_run()
 
 
 @pytest.mark.parametrize("check", [

@@ -21,11 +21,18 @@ prints ONE JSON object on stdout: the checks, the failed ones, counts and timing
 0 when every check holds, 1 otherwise. It stops by itself: every wait has a deadline, a
 watchdog ends the run when the whole scenario overruns, and the cluster is always shut
 down. ``--short`` is CI's run (3 shards, 4 sessions each, one graceful removal of
-s1's node, a 5 s retry window); ``--soak`` removes and re-adds every shard's node twice,
+s1's node, a 3 s retry window); ``--soak`` removes and re-adds every shard's node twice,
 alternately graceful and abrupt (``allow_graceful=False``: the node's Ray processes
 are killed; its worker processes may serve for a moment as orphans, which the report
 counts as ``acked_while_down``), with a 12 s window. ``--abrupt``, ``--retry-for-s``,
-``--writer owner``, ``--placement``... vary the short run.
+``--writer owner``, ``--placement``... vary the short run; ``--colocate`` first runs
+``colocate_scenario.py``'s check on the same cluster (the suite's test of it reads
+the short run's report).
+
+No phase lasts a fixed time: the load runs until every session completed a turn under
+the short retry window (``Plan.warmup_turns``), a node is down until every session of
+its shard was refused, back until every one served again, and the run ends once every
+session completed a turn after that (``Plan.settle_turns``).
 
 Besides the checks the report gives, per outage, the time from the removal to the lost
 shard's first and last session serving again (``recovery_*_s``), how long after the
@@ -59,11 +66,15 @@ from typing import Any
 # by ray.init) would otherwise run without token authentication. Keep it on.
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# Each node offers 1 CPU, and a raylet starts at most that many worker processes at once
+# by default: a shard's journal and session packs, at the start and again when its node
+# returns, would start one after another (about a second each here), not together.
+os.environ.setdefault("RAY_worker_maximum_startup_concurrency", "4")
 
 from msgspec import UNSET, to_builtins
 
 from surfacelog.actors.client import Client, connect, local_ray_on_loopback
-from surfacelog.actors.config import NAMESPACE, HostingConfig
+from surfacelog.actors.config import NAMESPACE, SESSION_RESOURCE, HostingConfig
 from surfacelog.actors.protocol import Conflict, ShardUnavailable
 from surfacelog.schema.events import Event
 from surfacelog.session import END_SEED, interrupted_turn_closers
@@ -74,6 +85,11 @@ from surfacelog.store.sqlite import SqliteEventStore
 T0 = time.monotonic()
 CHUNKS = 3
 """Chunks per model step of a driven turn."""
+TURN_EVENTS = 5 + CHUNKS
+"""Events of a driven turn (see ``Driver``)."""
+PHASE_DEADLINE_S = 60.0
+"""How long a phase of the run (warm-up, between outages, settling) may take to see
+its turns through: every session drives a turn in well under a second."""
 
 
 def log(message: str) -> None:
@@ -268,9 +284,14 @@ class Plan:
     sessions_per_shard: int
     outages: list[tuple[str, bool]]
     """(shard, graceful) per removal, in order."""
-    warmup_s: float
-    between_s: float
-    settle_s: float
+    warmup_turns: int
+    """Turns every session completes with the short retry window before the first
+    removal, ..."""
+    between_turns: int
+    """... after one outage's recovery before the next removal, ..."""
+    settle_turns: int
+    """... and after the last recovery before the drivers stop (each phase within
+    ``PHASE_DEADLINE_S``)."""
     retry_for_s: float
     pace_s: float
     placement: str
@@ -278,6 +299,9 @@ class Plan:
     recover_deadline_s: float
     watchdog_s: float
     writer: str = "journal"
+    colocate: bool = False
+    """First check ``HostingConfig.colocate``'s placement (``colocate_scenario.check``)
+    on this cluster, with a node offering ``SESSION_RESOURCE`` added for it."""
 
 
 def plan_of(args: argparse.Namespace) -> Plan:
@@ -285,15 +309,15 @@ def plan_of(args: argparse.Namespace) -> Plan:
         names = [f"s{k}" for k in range(args.shards or 3)]
         order = [names[(1 + k) % len(names)] for k in range(args.removals or 6)]
         outages = [(name, k % 2 == 0) for k, name in enumerate(order)]
-        return Plan("soak", len(names), args.sessions or 6, outages, 5.0, 6.0, 3.0,
+        return Plan("soak", len(names), args.sessions or 6, outages, 15, 18, 9,
                     args.retry_for_s or 12.0, args.pace_s, args.placement, args.packs, 90.0,
                     args.watchdog_s or 1100.0)
     shards = args.shards or 3
     removals = args.removals or 1
     graceful = not args.abrupt
     outages = [("s1", graceful)] * removals
-    return Plan("short", shards, args.sessions or 4, outages, 3.0, 3.0, 2.0,
-                args.retry_for_s or 5.0, args.pace_s, args.placement, args.packs, 60.0,
+    return Plan("short", shards, args.sessions or 4, outages, 1, 1, 1,
+                args.retry_for_s or 3.0, args.pace_s, args.placement, args.packs, 60.0,
                 args.watchdog_s or 240.0)
 
 
@@ -332,6 +356,8 @@ class Scenario:
         self.resent = 0
         self.switched_at = float("inf")
         """When the client's retry window was set to the plan's."""
+        self.colocate: dict[str, Any] | None = None
+        """``colocate_scenario.check``'s report (``Plan.colocate``), with ``crashed``."""
 
     # -- the cluster ---------------------------------------------------------------------
 
@@ -361,6 +387,9 @@ class Scenario:
             "num_cpus": 1, "include_dashboard": False})
         for name in self.shards.names:
             self.nodes[name] = self.add_shard_node(name)
+        if self.plan.colocate:
+            self.cluster.add_node(num_cpus=1, resources={SESSION_RESOURCE: 1},
+                                  include_dashboard=False)
         self.cluster.wait_for_nodes(timeout=60)
         self.timings["cluster_start_s"] = round(time.monotonic() - started, 3)
         log(f"cluster up: head + {len(self.nodes)} shard nodes at {self.cluster.address}")
@@ -368,6 +397,10 @@ class Scenario:
         started = time.monotonic()
         ray.init(address=self.cluster.address, namespace=NAMESPACE, log_to_driver=False,
                  configure_logging=False)
+        if self.plan.colocate:
+            self.check_colocation()
+            self.phase = "connect"
+            started = time.monotonic()
         config = HostingConfig(self.shards, placement=self.plan.placement,  # type: ignore[arg-type]
                                packs=self.plan.packs, durability="durable",
                                idle_timeout_s=None,
@@ -376,6 +409,24 @@ class Scenario:
                               ready_timeout_s=60.0)
         self.timings["connect_s"] = round(time.monotonic() - started, 3)
         log("connected")
+
+    def check_colocation(self) -> None:
+        """``colocate_scenario.check`` on this cluster, before the run (its deployments'
+        files in a folder of their own, their actors stopped when it returns); what it
+        raises is reported in ``colocate["crashed"]``, and the run goes on."""
+        from colocate_scenario import check
+
+        self.phase = "colocate"
+        started = time.monotonic()
+        folder = self.folder / "colocate"
+        folder.mkdir()
+        try:
+            self.colocate = {**check(str(folder)), "crashed": None}
+        except Exception as exc:
+            traceback.print_exc()
+            self.colocate = {"checks": {}, "crashed": f"{type(exc).__name__}: {exc}"}
+        self.timings["colocate_s"] = round(time.monotonic() - started, 3)
+        log(f"colocation checked: {self.colocate['checks']}")
 
     def stop_cluster(self) -> None:
         import ray
@@ -434,14 +485,12 @@ class Scenario:
             self.timings["first_turns_s"] = round(time.monotonic() - started, 3)
             client.retry_for_s = self.plan.retry_for_s
             self.switched_at = time.monotonic()
-            time.sleep(self.plan.warmup_s)
+            self.drive_turns("warmup", self.plan.warmup_turns)
             for k, (shard, graceful) in enumerate(self.plan.outages):
                 if k:
-                    self.phase = f"between outages {k}"
-                    time.sleep(self.plan.between_s)
+                    self.drive_turns(f"between outages {k}", self.plan.between_turns)
                 self.outage(Outage(shard, graceful))
-            self.phase = "settle"
-            time.sleep(self.plan.settle_s)
+            self.drive_turns("settle", self.plan.settle_turns)
         finally:
             self.phase = "stopping drivers"
             loop.call_soon_threadsafe(stop.set)
@@ -459,6 +508,21 @@ class Scenario:
         finally:
             loop.call_soon_threadsafe(loop.stop)
             thread.join(timeout=10)
+
+    def drive_turns(self, phase: str, turns: int) -> None:
+        """Phase ``phase``: until every session has acknowledged ``turns`` more turns'
+        worth of events (a note, which fails the run, when that takes longer than
+        ``PHASE_DEADLINE_S``)."""
+        self.phase = phase
+        started = time.monotonic()
+        marks = {d.sid: len(d.ack_times) for d in self.drivers}
+        need = turns * TURN_EVENTS
+        if not self.wait_until(lambda: all(len(d.ack_times) - marks[d.sid] >= need
+                                           for d in self.drivers),
+                               started + PHASE_DEADLINE_S):
+            self.notes.append(f"{phase}: a session did not drive {turns} turn(s) in "
+                              f"{PHASE_DEADLINE_S:g} s")
+        self.timings[f"{phase.replace(' ', '_')}_s"] = round(time.monotonic() - started, 3)
 
     def wait_until(self, done: Any, deadline: float, period_s: float = 0.05) -> bool:
         while time.monotonic() < deadline:
@@ -721,6 +785,7 @@ class Scenario:
             "repair": {"open_turns_at_loss": open_at_loss, "closed_by_repair": closed_by_repair},
             "stored_ids_by_shard": {s: len(held) for s, held in self.stored.items()},
             "details": details,
+            "colocate": self.colocate,
         }
 
 
@@ -771,7 +836,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--abrupt", action="store_true",
                         help="--short: kill the node's processes without a graceful stop")
     parser.add_argument("--retry-for-s", type=float, default=None,
-                        help="the client's retry window once warm (short 5, soak 12)")
+                        help="the client's retry window once warm (short 3, soak 12)")
     parser.add_argument("--pace-s", type=float, default=0.02,
                         help="pause of each driver between requests")
     parser.add_argument("--placement", choices=("packed", "dedicated"), default="packed")
@@ -779,11 +844,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--writer", choices=("journal", "owner"), default="journal",
                         help="who writes a shard's file (owner: needs --placement packed)")
     parser.add_argument("--watchdog-s", type=float, default=0.0)
+    parser.add_argument("--colocate", action="store_true",
+                        help="first check HostingConfig.colocate's placement on this "
+                             "cluster (colocate_scenario.check; a node offering "
+                             "SESSION_RESOURCE is added for it), reported under "
+                             "'colocate' (its checks count in neither 'failed' nor the "
+                             "exit status)")
     args = parser.parse_args(argv)
     if args.shards == 1:
         parser.error("--shards: at least 2 (a shard is lost while the others serve)")
     plan = plan_of(args)
     plan.writer = args.writer
+    plan.colocate = args.colocate
 
     # Ray and its child processes may write to file descriptor 1: the JSON report goes
     # to the real stdout, everything else to stderr.

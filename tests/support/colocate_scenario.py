@@ -7,6 +7,11 @@ shard ``s0`` (two files) are connected, one with ``colocate=True`` and one with
 id. Runs in its own process (the test suite's processes hold a local Ray already) and
 prints ONE JSON object on stdout: the node ids and the checks. Exits 0 when every
 check holds.
+
+The check itself (``check``) runs on any cluster with such nodes that this process is
+the driver of: ``tests/support/cluster_scenario.py --colocate`` runs it on its own
+cluster (with a node offering ``SESSION_RESOURCE`` added), before its run, so that the
+suite starts one cluster for both.
 """
 
 from __future__ import annotations
@@ -48,6 +53,30 @@ async def placed(folder: str, colocate: bool) -> dict[str, str]:
         client.shutdown()
 
 
+def check(folder: str) -> dict[str, Any]:
+    """On the cluster this process is the driver of (``ray.init`` done), which has a
+    node offering shard ``s0``'s resource and one offering ``SESSION_RESOURCE``: the
+    node ids of both deployments' actors (their files in ``folder``) and the checks."""
+    nodes: dict[str, str] = {}
+    for node in ray.nodes():
+        if node.get("Alive"):
+            for resource in node.get("Resources", {}):
+                nodes[resource] = node["NodeID"]
+    shard_node, sessions_node = nodes[default_resource("s0")], nodes[SESSION_RESOURCE]
+    on = asyncio.run(placed(folder, True))
+    off = asyncio.run(placed(folder, False))
+    report: dict[str, Any] = {
+        "shard_node": shard_node, "sessions_node": sessions_node,
+        "head_node": ray.get_runtime_context().get_node_id(), "on": on, "off": off}
+    report["checks"] = {
+        "colocated_session_on_shard_node": on["session_actor"] == shard_node,
+        "separate_session_on_sessions_node": off["session_actor"] == sessions_node,
+        "journals_on_shard_node": on["journal"] == off["journal"] == shard_node,
+        "appended": on["length"] == off["length"] == "1",
+    }
+    return report
+
+
 def main() -> int:
     out_fd = os.dup(1)
     os.dup2(2, 1)  # Ray's processes may write to fd 1: only the report goes there
@@ -63,22 +92,8 @@ def main() -> int:
         cluster.wait_for_nodes(timeout=60)
         ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False,
                  configure_logging=False)
-        nodes: dict[str, str] = {}
-        for node in ray.nodes():
-            for resource in node.get("Resources", {}):
-                nodes[resource] = node["NodeID"]
-        shard_node, sessions_node = nodes[default_resource("s0")], nodes[SESSION_RESOURCE]
         with tempfile.TemporaryDirectory(prefix="surfacelog-colocate-") as folder:
-            on = asyncio.run(placed(folder, True))
-            off = asyncio.run(placed(folder, False))
-        report = {"shard_node": shard_node, "sessions_node": sessions_node,
-                  "head_node": ray.get_runtime_context().get_node_id(), "on": on, "off": off}
-        report["checks"] = {
-            "colocated_session_on_shard_node": on["session_actor"] == shard_node,
-            "separate_session_on_sessions_node": off["session_actor"] == sessions_node,
-            "journals_on_shard_node": on["journal"] == off["journal"] == shard_node,
-            "appended": on["length"] == off["length"] == "1",
-        }
+            report = check(folder)
     finally:
         ray.shutdown()
         cluster.shutdown()

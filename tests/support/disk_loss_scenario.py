@@ -23,7 +23,14 @@ number of acknowledged events lost) and exits 0 when every check holds, 1 otherw
 Every wait has a deadline; the cluster is always shut down; at the end no
 ``litestream`` process of the run may be left.
 
-    .venv/bin/python tests/support/disk_loss_scenario.py [--sessions 4] [--warmup-s 3] [--losses 1]
+Before each loss the load runs until every session's events have reached the replica
+(two Litestream syncs after each session acknowledged ``--warmup-events``), for at least
+``--warmup-s``; after the last restore, until every session acknowledged a turn more.
+The drivers' requests in flight at a loss, which can only be refused, are refused after
+``LOSS_RETRY_FOR_S`` instead of the client's ``RETRY_FOR_S``, and the GCS finds the lost
+node dead in about a second (``NODE_LOSS_ENV``): nothing waits out a fixed time.
+
+    .venv/bin/python tests/support/disk_loss_scenario.py [--sessions 4] [--warmup-s 0] [--losses 1]
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from typing import Any
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
-from cluster_scenario import Driver, drive, session_ids
+from cluster_scenario import TURN_EVENTS, Driver, drive, session_ids
 
 from surfacelog.actors.client import Client, connect
 from surfacelog.actors.config import NAMESPACE, HostingConfig
@@ -55,8 +62,28 @@ from surfacelog.store.shards import Shard, ShardMap, default_resource
 from surfacelog.store.sqlite import SqliteEventStore
 from surfacelog.store.verify import verify_shards
 
+NODE_LOSS_ENV = {
+    # A 1-CPU node starts one worker process at a time by default: the owner and the
+    # actors that come back with it would start one after another.
+    "RAY_worker_maximum_startup_concurrency": "4",
+    # The lost node found dead by the GCS (which only then restarts the owner on the
+    # new node) in about 1 s, not LocalCluster's 5 s (1 s x 5) after Ray's 5 s initial
+    # delay: a killed raylet fails each check at once; a live one keeps Ray's 10 s
+    # timeout per check.
+    "RAY_health_check_period_ms": "200",
+    "RAY_health_check_initial_delay_ms": "500",
+}
+"""Ray's settings of this scenario's cluster (read by ``LocalCluster.start`` and the
+processes it starts), set by ``main`` unless already set (as in ``NODE_LOSS_ENV`` of
+``tests/support/cli_runs.py``, which the suite's runs of ``surfacelog run`` are given)."""
+
 T0 = time.monotonic()
 DEADLINE_S = 60.0
+RETRY_FOR_S = 5.0
+"""The client's retry window."""
+LOSS_RETRY_FOR_S = 1.0
+"""The window of the drivers' requests in flight when the disk is lost: the shard's
+owner is gone, so each is refused once the window has passed."""
 
 
 def log(message: str) -> None:
@@ -81,6 +108,29 @@ async def _read_file(path: str) -> dict[str, list[tuple[str, Any]]]:
         return out
     finally:
         await store.close()
+
+
+async def _until(done: Any, what: str, timeout_s: float = DEADLINE_S) -> None:
+    """Poll ``done()`` until true; raises ``TimeoutError`` naming ``what`` after
+    ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout_s:g} s")
+        await asyncio.sleep(0.05)
+
+
+def _replica_files(replica: Path) -> dict[str, float]:
+    """Every file of a file replica (Litestream's LTX files), with its modification
+    time."""
+    out = {}
+    for path in replica.rglob("*"):
+        try:
+            if path.is_file():
+                out[str(path)] = path.stat().st_mtime
+        except FileNotFoundError:  # compacted away meanwhile
+            continue
+    return out
 
 
 def compare(acked: dict[str, dict[int, tuple[str, Any]]],
@@ -126,28 +176,36 @@ class Run:
 
         started = time.monotonic()
         self.cluster = LocalCluster.start(self.shards, 1)
+        log("cluster up")
         ray.init(address=self.cluster.address, namespace=NAMESPACE, log_to_driver=False,
                  configure_logging=False)
         config = HostingConfig(self.shards, placement="packed", writer="owner",
                                durability="durable", idle_timeout_s=None)
         self.client = connect(config=config, address=self.cluster.address,
                               ready_timeout_s=DEADLINE_S)
-        self.client.retry_for_s = 5.0
+        self.client.retry_for_s = RETRY_FOR_S
+        log("connected")
         self.report["cluster_start_s"] = round(time.monotonic() - started, 2)
         ids = session_ids(self.shards, self.args.sessions)["s0"]
         drivers = [Driver(sid, "s0") for sid in ids]
         for _ in range(self.args.losses):
             stop = asyncio.Event()
             tasks = [asyncio.ensure_future(drive(d, self.client, stop, 0.0)) for d in drivers]
-            await asyncio.sleep(self.args.warmup_s)
+            await self.warm_up(drivers)
             outcome = await self.lose_disk(drivers, stop, tasks)
             self.report["losses"].append(outcome)
-        # Served again: every session, after the last restore.
+        # Served again: every session, after the last restore, for a turn or more.
         stop = asyncio.Event()
         before = {d.sid: len(d.successes) for d in drivers}
         marks = {d.sid: len(d.ack_times) for d in drivers}
         tasks = [asyncio.ensure_future(drive(d, self.client, stop, 0.0)) for d in drivers]
-        await asyncio.sleep(self.args.after_s)
+        started = time.monotonic()
+        try:
+            await _until(lambda: all(len(d.ack_times) - marks[d.sid] >= TURN_EVENTS
+                                     for d in drivers), "a turn after the last restore")
+        except TimeoutError as exc:  # the check below fails on its own
+            log(str(exc))
+        self.report["after_restore_s"] = round(time.monotonic() - started, 3)
         stop.set()
         await asyncio.wait_for(asyncio.gather(*tasks), DEADLINE_S)
         self.checks["served_after_restore"] = all(
@@ -157,6 +215,22 @@ class Run:
         self.final_acked = {d.sid: {seq: d.acked[seq] for _, seq in d.ack_times[marks[d.sid]:]}
                             for d in drivers}
 
+    async def warm_up(self, drivers: list[Driver]) -> None:
+        """Until every session acknowledged ``--warmup-events`` events, and Litestream
+        shipped two syncs since (the second began after the first was written: it holds
+        every event acknowledged before), for at least ``--warmup-s``."""
+        started = time.monotonic()
+        marks = {d.sid: len(d.ack_times) for d in drivers}
+        await _until(lambda: all(len(d.ack_times) - marks[d.sid] >= self.args.warmup_events
+                                 for d in drivers), "warm-up: events acknowledged")
+        known = _replica_files(self.replica)
+        await _until(lambda: len(set(_replica_files(self.replica)) - set(known)) >= 2,
+                     "warm-up: two syncs to the replica")
+        rest = self.args.warmup_s - (time.monotonic() - started)
+        if rest > 0:
+            await asyncio.sleep(rest)
+        self.report.setdefault("warmup_s", []).append(round(time.monotonic() - started, 3))
+
     async def lose_disk(self, drivers: list[Driver], stop: asyncio.Event,
                         tasks: list[asyncio.Future[None]]) -> dict[str, Any]:
         assert self.client is not None and self.cluster is not None
@@ -165,6 +239,13 @@ class Run:
         writer_pid = await _ask(owner.pid.remote())
         status = await _ask(owner.replica_status.remote())
         ls_pid = status.pid
+        # The requests in flight at the loss can only be refused: each of the drivers'
+        # from now on is, after the short window (the client reads the window when a
+        # request starts, and each driver sends one request after another).
+        self.client.retry_for_s = LOSS_RETRY_FOR_S
+        switched = time.monotonic()
+        await _until(lambda: all(d.spans and d.spans[-1][0] >= switched for d in drivers),
+                     "a request of every driver under the short window")
         # The disk goes: nothing more acknowledged, nothing more shipped.
         for pid in (ls_pid, writer_pid):
             os.kill(pid, signal.SIGSTOP)
@@ -178,10 +259,16 @@ class Run:
         self.cluster.remove_node(0, graceful=False)
         log(f"disk lost after {acked_total} acknowledged events; node removed")
         await asyncio.wait_for(asyncio.gather(*tasks), DEADLINE_S)
+        drained_s = time.monotonic() - lost_at
         self.disk.mkdir(parents=True)  # the new node's empty disk
         self.cluster.add_node(0)
+        log(f"drained in {drained_s:.2f} s, node added back")
         restore_started = time.monotonic()
-        await self.client.shard_ready("s0")  # the owner restores, verifies, opens
+        # The owner restores, verifies, opens (the drivers are stopped: nothing else
+        # runs under this window).
+        self.client.retry_for_s = DEADLINE_S
+        await self.client.shard_ready("s0")
+        self.client.retry_for_s = RETRY_FOR_S
         ready_s = time.monotonic() - restore_started
         node_after = await _ask(owner.node_id.remote())
         restored = await _read_file(self.shard.path)
@@ -201,7 +288,7 @@ class Run:
         log(f"restored on node {node_after[:8]} in {ready_s:.2f} s: {result['lost']} "
             f"acknowledged events lost of {acked_total}")
         return {"acked": acked_total, **result, "other_node": node_after != node_before,
-                "restored_ready_s": round(ready_s, 3),
+                "restored_ready_s": round(ready_s, 3), "drained_s": round(drained_s, 3),
                 "outage_s": round(time.monotonic() - lost_at, 3),
                 "litestream_running_after": new_status is not None
                 and new_status.pid is not None,
@@ -256,11 +343,15 @@ async def finish(run: Run) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sessions", type=int, default=4)
-    parser.add_argument("--warmup-s", type=float, default=3.0)
-    parser.add_argument("--after-s", type=float, default=2.0)
+    parser.add_argument("--warmup-s", type=float, default=0.0,
+                        help="the least load before each loss (seconds)")
+    parser.add_argument("--warmup-events", type=int, default=TURN_EVENTS,
+                        help="events each session acknowledges before each loss")
     parser.add_argument("--losses", type=int, default=1)
     parser.add_argument("--sync-s", type=float, default=1.0)
     args = parser.parse_args()
+    for name, value in NODE_LOSS_ENV.items():
+        os.environ.setdefault(name, value)
     folder = Path(tempfile.mkdtemp(prefix="surfacelog-diskloss-"))
     run = Run(args, folder)
     crashed = None
