@@ -304,11 +304,13 @@ class ScaleRun:
 
 
 async def scale_run(folder: str, count: int, writer: str, sessions: int, turns: int,
-                    chunks: int, idle_s: float) -> ScaleRun:
+                    chunks: int, idle_s: float, journal_packs: int = 2) -> ScaleRun:
     """One deployment of ``count`` shards: ``sessions`` per shard, each warmed up with a
-    turn (activation), then ``turns`` measured turns, all sessions at once."""
+    turn (activation), then ``turns`` measured turns, all sessions at once; with the
+    journal writer, ``journal_packs`` session actors per shard."""
     shards = shard_map(folder, f"scale-{writer}-{count}", count)
-    config = HostingConfig(shards, placement="packed", packs=1 if writer == "owner" else 2,
+    config = HostingConfig(shards, placement="packed",
+                           packs=1 if writer == "owner" else journal_packs,
                            durability="durable", idle_timeout_s=None,
                            writer=writer)  # type: ignore[arg-type]
     client = connect(config=config, ready_timeout_s=120.0)
@@ -348,12 +350,12 @@ async def scale_run(folder: str, count: int, writer: str, sessions: int, turns: 
 
 async def bench_scale(folder: str, report: Report, counts: Sequence[int], sessions: int,
                       turns: int, chunks: int, writers: Sequence[str],
-                      idle_s: float = 2.0) -> None:
+                      idle_s: float = 2.0, journal_packs: int = 2) -> None:
     for writer in writers:
         runs = {}
         for count in counts:
             runs[count] = run = await scale_run(folder, count, writer, sessions, turns,
-                                                chunks, idle_s)
+                                                chunks, idle_s, journal_packs)
             print(f"    {writer}, {count} shard(s): {run.events:,} events in "
                   f"{run.elapsed:.2f} s", flush=True)
         one = runs[counts[0]]
@@ -607,20 +609,24 @@ async def run_all(folder: str, nodes: Nodes, args: argparse.Namespace) -> Report
     report = Report()
     only = set(args.only.split(",")) if args.only else {"a", "b", "c", "d"}
     quick = args.quick
+    # --quick is the smoke run of every figure (tests/benchmarks/test_bench_cluster.py):
+    # the smallest sizes that still produce each one, one session actor per journal
+    # shard (fewer actor processes to start), a short idle window.
     if "a" in only:
         print("a. scale-out: 1, 2, 4 shards", flush=True)
         await bench_scale(folder, report, (1, 2, 4), sessions=args.sessions or
                           (3 if quick else 12), turns=1 if quick else 6, chunks=8,
-                          writers=("journal", "owner"), idle_s=0.1 if quick else 2.0)
+                          writers=("journal", "owner"), idle_s=0.1 if quick else 2.0,
+                          journal_packs=1 if quick else 2)
     if "b" in only:
         print("b. co-location", flush=True)
-        await bench_colocation(folder, nodes, report, n=100 if quick else 1500,
-                               block=50 if quick else 100)
+        await bench_colocation(folder, nodes, report, n=50 if quick else 1500,
+                               block=25 if quick else 100)
     if "c" in only or "d" in only:
         print("c/d. sessions per node, activation in waves", flush=True)
-        maximum = args.max_sessions or (1_000 if quick else 100_000)
-        checks = (500, 1_000) if quick else (1_000, 10_000, 50_000, 100_000)
-        await bench_held(folder, report, maximum, wave=args.wave or (500 if quick else 1000),
+        maximum = args.max_sessions or (500 if quick else 100_000)
+        checks = (250, 500) if quick else (1_000, 10_000, 50_000, 100_000)
+        await bench_held(folder, report, maximum, wave=args.wave or (250 if quick else 1000),
                          checkpoints=[c for c in checks if c <= maximum],
                          rate_waves=2 if quick else 10, packs=2, chunks=8)
     return report

@@ -665,6 +665,9 @@ class Scenario:
             for took, sid, kind, start in slow[:10]]
         longest = max((end - start for d in self.drivers for start, end, _ in d.spans
                        if start >= self.switched_at), default=None)
+        # How close the other shards' requests came to the window (they must stay within).
+        longest_other = max((end - start for d in other for start, end, _ in d.spans
+                             if start >= self.switched_at), default=None)
 
         # Every acknowledged event, served and stored.
         missing_served: list[str] = []
@@ -769,6 +772,7 @@ class Scenario:
             "timings_s": self.timings,
             "outages": [outage_json(out, self.drivers) for out in self.outages],
             "longest_request_s": rnd(longest),
+            "longest_request_other_shards_s": rnd(longest_other),
             "unavailable": {
                 "count": len(latencies),
                 "bound_s": round(bound, 3),

@@ -35,13 +35,15 @@ from surfacelog.store.shards import Shard, ShardMap, default_resource
 
 
 async def placed(folder: str, colocate: bool) -> dict[str, str]:
-    """Node ids of the session actor and the journal of a one-shard deployment."""
+    """Node ids of the session actor and the journal of a one-shard deployment (its
+    connect and shutdown, which wait on Ray, in a thread of their own)."""
     side = "on" if colocate else "off"
     shards = ShardMap((Shard("s0", os.path.join(folder, f"{side}.db"),
                              default_resource("s0")),))
-    client = connect(config=HostingConfig(shards, placement="packed", packs=1,
-                                          idle_timeout_s=None, colocate=colocate),
-                     ready_timeout_s=60.0)
+    client = await asyncio.to_thread(
+        connect, config=HostingConfig(shards, placement="packed", packs=1,
+                                      idle_timeout_s=None, colocate=colocate),
+        ready_timeout_s=60.0)
     try:
         handle = client.session(f"s-{side}")
         await handle.append("turn/start", {"turn": 1}, expected_seq=0)
@@ -50,7 +52,14 @@ async def placed(folder: str, colocate: bool) -> dict[str, str]:
                 "journal": await client.journal.node_id.remote(),
                 "length": str((await handle.surface()).length)}
     finally:
-        client.shutdown()
+        await asyncio.to_thread(client.shutdown)
+
+
+async def both_placed(folder: str) -> tuple[dict[str, str], dict[str, str]]:
+    """``placed`` with and without ``colocate``, side by side: two deployments of their
+    own (files, journals, session actors), so that their actors start together."""
+    on, off = await asyncio.gather(placed(folder, True), placed(folder, False))
+    return on, off
 
 
 def check(folder: str) -> dict[str, Any]:
@@ -63,8 +72,7 @@ def check(folder: str) -> dict[str, Any]:
             for resource in node.get("Resources", {}):
                 nodes[resource] = node["NodeID"]
     shard_node, sessions_node = nodes[default_resource("s0")], nodes[SESSION_RESOURCE]
-    on = asyncio.run(placed(folder, True))
-    off = asyncio.run(placed(folder, False))
+    on, off = asyncio.run(both_placed(folder))
     report: dict[str, Any] = {
         "shard_node": shard_node, "sessions_node": sessions_node,
         "head_node": ray.get_runtime_context().get_node_id(), "on": on, "off": off}
