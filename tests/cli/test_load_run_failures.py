@@ -189,7 +189,11 @@ def long_run(tmp_path: Path, request: pytest.FixtureRequest
 
 
 @pytest.mark.parametrize(("victim", "long_run"), [
-    ("ray::DriverActor", {}), ("ray::CompactionActor", {}), ("ray::PrunerActor", {}),
+    # The compactor's and the pruner's loss end the run the same way as the driver's
+    # (one path in the run's supervision): they run under -m slow.
+    ("ray::DriverActor", {}),
+    pytest.param("ray::CompactionActor", {}, marks=pytest.mark.slow),
+    pytest.param("ray::PrunerActor", {}, marks=pytest.mark.slow),
     ("raylet/raylet", NODE_LOSS_ENV)],
     ids=["ray::DriverActor", "ray::CompactionActor", "ray::PrunerActor", "raylet/raylet"],
     indirect=["long_run"])

@@ -77,7 +77,7 @@ def test_run_loses_disks_and_restores_them(tmp_path: Path) -> None:
 
     db = tmp_path / "run.db"
     report = run_report(db, "--local-nodes", "2", "--shards", "2", "--sessions", "4",
-                        "--turns", "25", "--replica", str(tmp_path / "replicas"),
+                        "--turns", "12", "--replica", str(tmp_path / "replicas"),
                         "--kill-disk-every", "1.5", "--node-down", "0.5", timeout_s=300,
                         env=NODE_LOSS_ENV)
 
