@@ -70,7 +70,7 @@ from surfacelog.actors.config import (
 from surfacelog.cli.loadrun import cpu_by_process, cpu_spent
 from surfacelog.schema.codec import encode_json
 from surfacelog.session import AppendSpec
-from surfacelog.store.shards import Shard, ShardMap, default_resource
+from surfacelog.store.shardmap import Shard, ShardMap, default_resource
 
 MB = 1024 * 1024
 SHARD_NODES = 4

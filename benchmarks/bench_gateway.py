@@ -49,7 +49,7 @@ from surfacelog.actors.config import Durability, HostingConfig, Writer
 from surfacelog.gateway import wire
 from surfacelog.gateway.auth import AuthConfig, parse_grants
 from surfacelog.gateway.deployment import MAX_ONGOING_REQUESTS, gateway_app
-from surfacelog.store.shards import ShardMap
+from surfacelog.store.shardmap import ShardMap
 
 TOKEN = "bench-token-0123456789abcdef"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}

@@ -208,8 +208,8 @@ def phase_floor(rows: list[Any], db: Path, how: str) -> None:
     and PRAGMAs, in one transaction: ``executemany`` or the store's multi-row INSERT."""
     import sqlite3
 
-    from surfacelog.store.rows import INSERT_EVENTS, insert_rows
-    from surfacelog.store.schema_check import check_or_initialise
+    from surfacelog.store.sqlite.file_format import check_or_initialise
+    from surfacelog.store.sqlite.statements import INSERT_EVENTS, insert_rows
 
     for stale in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
         stale.unlink(missing_ok=True)

@@ -52,8 +52,8 @@ from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.header import SessionHeader
 from surfacelog.schema.limits import MAX_LINE_BYTES
 from surfacelog.store.activation import load
-from surfacelog.store.rows import SELECT_EVENTS
 from surfacelog.store.sqlite import SqliteEventStore
+from surfacelog.store.sqlite.statements import SELECT_EVENTS
 
 ROOT = Path(__file__).resolve().parent.parent
 

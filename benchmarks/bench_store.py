@@ -32,15 +32,9 @@ from surfacelog.schema.events import Event
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
 from surfacelog.session import Session
 from surfacelog.store import SqliteEventStore
-from surfacelog.store.rows import (
-    INSERT_EVENTS,
-    SELECT_EVENTS,
-    Row,
-    decode_rows,
-    encode_batch,
-    insert_rows,
-)
-from surfacelog.store.schema_check import schema_sql
+from surfacelog.store.rows import Row, decode_rows, encode_batch
+from surfacelog.store.sqlite.file_format import schema_sql
+from surfacelog.store.sqlite.statements import INSERT_EVENTS, SELECT_EVENTS, insert_rows
 
 BATCH_SIZES = (1, 16, 256, 4096)
 WORDS = ("the", "tool", "result", "surface", "session", "replace", "seq", "event", "log",

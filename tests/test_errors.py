@@ -100,7 +100,7 @@ def test_every_module_was_imported_and_exceptions_found() -> None:
     found = {_name(c) for c in EXCEPTIONS}
     assert {"surfacelog.schema.errors.SurfacelogError", "surfacelog.schema.errors.LogError",
             "surfacelog.store.errors.CorruptStore", "surfacelog.actors.protocol.Conflict",
-            "surfacelog.session.fork.ForkError", "surfacelog.store.shards.ShardConfigError",
+            "surfacelog.session.fork.ForkError", "surfacelog.store.shardmap.ShardConfigError",
             } <= found
     assert set(PENDING) <= found, "a PENDING class no longer exists: remove its entry"
 
@@ -136,7 +136,7 @@ def test_standard_bases_are_kept() -> None:
     from surfacelog.session.compaction import SplitsToolCall, StaleRequest
     from surfacelog.session.fork import ForkError
     from surfacelog.store.errors import StoreError
-    from surfacelog.store.shards import ShardConfigError
+    from surfacelog.store.shardmap import ShardConfigError
 
     for cls in (LogError, SplitsToolCall, ForkError, ShardConfigError):
         assert issubclass(cls, ValueError)

@@ -1,27 +1,45 @@
-"""Ray actors: session actors, the journal, compaction and pruning, the agent-loop driver.
+"""Ray actors: session actors, the shard writers, compaction and pruning, the agent-loop
+driver.
 
 This layer composes the core and the store inside Ray; it adds no surface rules
 (compaction and pruning included: those are ``surfacelog.session.compaction``).
+
+Its names are imported lazily: ``surfacelog.actors.config`` (the ``Placement``,
+``Durability`` and ``Writer`` types the CLI's options are built from) is importable
+without importing Ray, and ``Client``, ``connect`` and the protocol's types load Ray
+when first used.
 """
 
-from surfacelog.actors.client import Client, SessionHandle, connect
-from surfacelog.actors.protocol import (
-    CompactionRequest,
-    Conflict,
-    LoggedEvents,
-    PruneRequest,
-    SessionStats,
-    SessionUnavailable,
-)
+from __future__ import annotations
 
-__all__ = [
-    "Client",
-    "CompactionRequest",
-    "Conflict",
-    "LoggedEvents",
-    "PruneRequest",
-    "SessionHandle",
-    "SessionStats",
-    "SessionUnavailable",
-    "connect",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from surfacelog.actors.client import Client, SessionHandle, connect
+    from surfacelog.actors.protocol import (
+        Conflict,
+        LoggedEvents,
+        SessionStats,
+        SessionUnavailable,
+    )
+
+_WHERE = {
+    "Client": "surfacelog.actors.client",
+    "SessionHandle": "surfacelog.actors.client",
+    "connect": "surfacelog.actors.client",
+    "Conflict": "surfacelog.actors.protocol",
+    "LoggedEvents": "surfacelog.actors.protocol",
+    "SessionStats": "surfacelog.actors.protocol",
+    "SessionUnavailable": "surfacelog.actors.protocol",
+}
+
+__all__ = ["Client", "Conflict", "LoggedEvents", "SessionHandle", "SessionStats",
+           "SessionUnavailable", "connect"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'surfacelog.actors' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -32,9 +32,7 @@ from surfacelog.actors.journal import RemoteJournal, flush_journal, journal_name
 from surfacelog.actors.metrics import Recorder
 from surfacelog.actors.protocol import (
     ActorStats,
-    CompactionRequest,
     LoggedEvents,
-    PruneRequest,
     SessionStats,
     ShardUnavailable,
     decode_events,
@@ -55,12 +53,14 @@ from surfacelog.schema.events import (
 )
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
+from surfacelog.session.compaction import CompactionRequest, PruneRequest
 from surfacelog.session.context import DEFAULT_PLUGIN, context_message
 from surfacelog.session.fork import SESSION_ALREADY_EXISTS, ForkError
 from surfacelog.session.pressure import ContextPressure
-from surfacelog.store.base import CommitFailed, SessionExists, SessionInfo, StoreError
+from surfacelog.store.base import SessionInfo
+from surfacelog.store.errors import CommitFailed, SessionExists, StoreError
 from surfacelog.store.replica import ReplicaPlan
-from surfacelog.store.shards import Shard, ShardMap
+from surfacelog.store.shardmap import Shard, ShardMap
 
 RETRY_FOR_S_ENV: Final = "SURFACELOG_RETRY_FOR_S"
 """The environment variable that sets ``RETRY_FOR_S`` (seconds, > 0), read once, when

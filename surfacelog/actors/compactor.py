@@ -34,7 +34,7 @@ from surfacelog.session.compaction_policy import (
 )
 from surfacelog.session.pressure import CONTEXT_PRESSURE, compaction_threshold, context_tokens
 from surfacelog.session.tokens import event_tokens
-from surfacelog.store.base import CommitFailed
+from surfacelog.store.errors import CommitFailed
 
 Blocks = list[dict[str, Any]]
 AnySummariser = Callable[[Sequence[Event]], "Blocks | Awaitable[Blocks]"]

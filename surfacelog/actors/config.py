@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from surfacelog.store.shards import Shard, ShardMap
+from surfacelog.store.shardmap import Shard, ShardMap
 
 Placement = Literal["dedicated", "packed"]
 Durability = Literal["durable", "buffered"]

@@ -32,8 +32,8 @@ from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec, SurfaceSnapshot
 from surfacelog.session.turns import last_turn_boundary
-from surfacelog.store.base import CommitFailed, StoreError
-from surfacelog.store.shards import Shard
+from surfacelog.store.errors import CommitFailed, StoreError
+from surfacelog.store.shardmap import Shard
 
 MAX_RESENDS = 50
 OUTAGE_BUDGET_S = 180.0

@@ -46,7 +46,8 @@ from surfacelog.actors.protocol import (
 from surfacelog.actors.replication import LitestreamSupervisor, ReplicaStatus, open_replicated
 from surfacelog.actors.retry import through_restarts
 from surfacelog.schema.header import SessionHeader
-from surfacelog.store.base import EventStore, SessionInfo, SessionNotFound
+from surfacelog.store.base import EventStore, SessionInfo
+from surfacelog.store.errors import SessionNotFound
 from surfacelog.store.replica import ReplicaPlan
 from surfacelog.store.rows import EncodedBatch
 from surfacelog.store.stored import StoredSession

@@ -21,10 +21,8 @@ from typing import Any, NamedTuple
 from msgspec import UNSET, to_builtins
 
 from surfacelog.actors.protocol import (
-    CompactionRequest,
     Conflict,
     Durability,
-    PruneRequest,
     SessionStats,
     SessionUnavailable,
 )
@@ -40,6 +38,8 @@ from surfacelog.session import (
     now_ms,
 )
 from surfacelog.session.compaction import (
+    CompactionRequest,
+    PruneRequest,
     StaleRequest,
     check_compaction,
     check_prune,
@@ -50,7 +50,8 @@ from surfacelog.session.context import context_spec
 from surfacelog.session.fork import SESSION_ALREADY_EXISTS, ForkError
 from surfacelog.session.jsonvalue import json_equal
 from surfacelog.session.pressure import ContextPressure, PressureTracker
-from surfacelog.store.base import BadEvent, EventStore, SessionNotFound, WriterFenced
+from surfacelog.store.base import EventStore
+from surfacelog.store.errors import BadEvent, SessionNotFound, WriterFenced
 
 
 def _same_event(session: Session, spec: AppendSpec, event: Event) -> bool:

@@ -117,7 +117,7 @@ class Recorder:
 
     def committed(self, batches: int, events: int, seconds: float, queued: int) -> None:
         """One group commit of ``events`` (in ``batches``) took ``seconds``; ``queued``
-        batches remain (``store.writer.CommitObserver``)."""
+        batches remain (``store.sqlite.group_commit.CommitObserver``)."""
         m, tags = self._m, self.tags
         m.commit_events.observe(float(events), tags)
         if events:  # a counter refuses an increment of 0
@@ -126,7 +126,7 @@ class Recorder:
         m.backlog.set(float(queued), self._queue("writer"))
 
     def commit_failed(self, batches: int, error: BaseException) -> None:
-        """A group commit of ``batches`` failed (``store.writer.CommitObserver``; the
+        """A group commit of ``batches`` failed (``store.sqlite.group_commit.CommitObserver``; the
         store's logger has reported it)."""
         self.failed("commit")
 

@@ -62,8 +62,6 @@ from surfacelog.schema.limits import (
     nesting_error,
 )
 from surfacelog.session import AppendSpec, build_event
-from surfacelog.session.compaction import CompactionRequest as CompactionRequest
-from surfacelog.session.compaction import PruneRequest as PruneRequest
 from surfacelog.session.compaction import StaleRequest
 from surfacelog.store.rows import EncodedBatch
 from surfacelog.store.stored import StoredSession

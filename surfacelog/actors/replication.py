@@ -48,7 +48,7 @@ from surfacelog.store.replica import (
     litestream_binary,
     restore_if_missing,
 )
-from surfacelog.store.shards import Shard
+from surfacelog.store.shardmap import Shard
 
 log = logging.getLogger("surfacelog.actors.replication")
 

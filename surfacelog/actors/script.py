@@ -21,6 +21,10 @@ from msgspec import Struct
 
 from surfacelog.session import AppendSpec
 
+AppendMode = Literal["batch", "chunk"]
+"""How a driver appends a model step's chunks: in one ``append_batch``, or one
+``append`` each."""
+
 WORDS = (
     "surface", "log", "event", "replay", "seq", "turn", "step", "chunk", "tool", "result",
     "call", "compaction", "summary", "checkpoint", "provider", "model", "session", "actor",
@@ -43,7 +47,7 @@ class ScriptConfig(Struct, frozen=True):
     result_chars: int = 600
     big_result_every: int = 7
     big_result_chars: int = 9000
-    mode: Literal["batch", "chunk"] = "batch"
+    mode: AppendMode = "batch"
     provider: str = "scripted"
     model: str = "scripted-1"
 

@@ -28,11 +28,9 @@ from surfacelog.actors.protocol import (
     ActorStats,
     AppendReply,
     BatchPayload,
-    CompactionRequest,
     Conflict,
     EventsPayload,
     MessagesPayload,
-    PruneRequest,
     SessionStats,
     SessionUnavailable,
     append_reply,
@@ -46,8 +44,10 @@ from surfacelog.actors.replication import ReplicaStatus, shard_writer_parts
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
+from surfacelog.session.compaction import CompactionRequest, PruneRequest
 from surfacelog.session.pressure import ContextPressure
-from surfacelog.store.base import EventStore, SessionInfo, WriterFenced
+from surfacelog.store.base import EventStore, SessionInfo
+from surfacelog.store.errors import WriterFenced
 from surfacelog.store.rows import encode_batch
 
 T = TypeVar("T")

@@ -33,7 +33,6 @@ from surfacelog.session import (
 )
 from surfacelog.store import (
     SqliteEventStore,
-    StoreError,
     StreamedImport,
     VerifyFailure,
     export_session,
@@ -47,12 +46,12 @@ from surfacelog.store.dsh_sources import (
     read_database,
     session_files,
 )
-from surfacelog.store.errors import SessionExists
+from surfacelog.store.errors import SessionExists, StoreError
 from surfacelog.store.jsonl import prepare_import
 from surfacelog.store.replica import LitestreamNotFound, ReplicaError, RestoreRefused
 from surfacelog.store.replica import restore as restore_replica
-from surfacelog.store.sharded import ShardedStores
-from surfacelog.store.shards import Shard, ShardConfigError, ShardMap, load_shard_map
+from surfacelog.store.shardmap import Shard, ShardConfigError, ShardMap, load_shard_map
+from surfacelog.store.shardset import ShardedStores
 from surfacelog.store.verify import verify_shards
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -947,8 +946,8 @@ def run(**options: Any) -> None:
 def _run_locked(config: RunConfig) -> int:
     """Check ``run``'s files before anything starts, then run holding the database's
     lock; returns the exit status (see ``run``)."""
-    from surfacelog.cli.live import EXIT_FAILED, run_live
     from surfacelog.cli.localcluster import shard_files
+    from surfacelog.cli.run_display import EXIT_FAILED, run_live
     from surfacelog.cli.runlock import DatabaseInUse, RunLock
 
     if config.local_nodes:
@@ -978,8 +977,8 @@ def _run_locked(config: RunConfig) -> int:
 def _check_store(db: str) -> None:
     """Exit 2 (one line) unless ``db`` is a new or surfacelog database: a foreign file,
     another build's, a truncated one is refused before Ray starts (read-only check)."""
-    from surfacelog.store import VersionRefused
-    from surfacelog.store.schema_check import inspect_file
+    from surfacelog.store.errors import VersionRefused
+    from surfacelog.store.sqlite.file_format import inspect_file
 
     try:
         inspect_file(Path(db))

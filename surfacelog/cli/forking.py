@@ -19,7 +19,7 @@ from surfacelog.session.fork import (
     ForkError,
     fork,
 )
-from surfacelog.store.base import SessionNotFound, StoreError
+from surfacelog.store.errors import SessionNotFound, StoreError
 
 FORK_EXIT: dict[str, int] = {SESSION_ALREADY_EXISTS: 3, SESSION_NOT_FOUND: 4,
                              INVALID_BOUNDARY: 5, OPEN_TURN: 6}

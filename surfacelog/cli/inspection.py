@@ -15,9 +15,9 @@ from rich.table import Column, Table
 from surfacelog.cli.render import surface_tree, text
 from surfacelog.session.context import CONTEXT_TYPE, plugin_of
 from surfacelog.session.session import Session
-from surfacelog.store.base import SessionNotFound, StoreError
-from surfacelog.store.sharded import ShardedStores
-from surfacelog.store.shards import ShardMap
+from surfacelog.store.errors import SessionNotFound, StoreError
+from surfacelog.store.shardmap import ShardMap
+from surfacelog.store.shardset import ShardedStores
 from surfacelog.store.sqlite import SqliteEventStore
 
 

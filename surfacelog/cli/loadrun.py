@@ -49,7 +49,7 @@ from surfacelog.gateway.deployment import start_gateway, stop_gateway
 from surfacelog.gateway.httpclient import RemoteHttpDriver
 from surfacelog.schema.errors import SurfacelogError
 from surfacelog.session.digest import SessionDigest, digest
-from surfacelog.store.base import StoreError
+from surfacelog.store.errors import StoreError
 
 log = logging.getLogger("surfacelog.cli")
 """The CLI layer's logger."""

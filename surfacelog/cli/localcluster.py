@@ -36,7 +36,7 @@ from ray.exceptions import RayError
 
 from surfacelog.actors.client import local_ray_on_loopback
 from surfacelog.cli.runmodel import NodeKill
-from surfacelog.store.shards import Shard, ShardMap, default_resource
+from surfacelog.store.shardmap import Shard, ShardMap, default_resource
 
 NODE_START_TIMEOUT_S = 60.0
 """How long starting the cluster waits for every node to register."""

@@ -1,7 +1,7 @@
 """What a load run is given and what it gives back: ``RunConfig``, ``Sample``,
 ``RunResult`` and its report dict.
 
-The workload (``loadrun``), the live view (``live``) and the HTML report
+The workload (``loadrun``), the live view (``run_display``) and the HTML report
 (``report_html``) all read these; none of them imports another for its types.
 """
 
@@ -13,25 +13,17 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from typer import BadParameter, Option
 
+from surfacelog.actors.config import Durability, Placement, Writer
+from surfacelog.actors.script import AppendMode
+
 if TYPE_CHECKING:
     from surfacelog.actors.compactor import CompactorStats
     from surfacelog.actors.driver import DriverProgress
     from surfacelog.session.digest import SessionDigest
 
 
-# The actors' own Placement and Durability, spelled here as values because typer needs
-# the choices at run time and importing surfacelog.actors starts by importing Ray, which
-# the offline commands must not pay for. mypy checks that these fit where the actors take
-# theirs, and tests/cli/test_load_run.py that the two spellings hold the same choices.
-Placement = Literal["packed", "dedicated"]
-Durability = Literal["durable", "buffered"]
-Writer = Literal["journal", "owner"]
 Via = Literal["ray", "http"]
-WriterChoice = Literal["auto", "journal", "owner"]
-
-AppendMode = Literal["batch", "chunk"]
-"""How a driver appends a model step's chunks: in one ``append_batch``, or one
-``append`` each."""
+WriterChoice = Literal["auto", Writer]
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import typer
 
 from surfacelog.gateway.auth import AuthConfig, TokenConfigError, is_loopback, load_auth
 from surfacelog.schema.errors import SurfacelogError
-from surfacelog.store.shards import ShardConfigError, ShardMap, load_shard_map
+from surfacelog.store.shardmap import ShardConfigError, ShardMap, load_shard_map
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1

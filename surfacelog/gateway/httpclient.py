@@ -28,7 +28,7 @@ from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec, SurfaceSnapshot
 from surfacelog.session.context import DEFAULT_PLUGIN
 from surfacelog.store.errors import CommitFailed
-from surfacelog.store.shards import Shard, ShardMap
+from surfacelog.store.shardmap import Shard, ShardMap
 
 PREFIX: Final = "/v1/sessions"
 TIMEOUT_S: Final = 120.0

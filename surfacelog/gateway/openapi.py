@@ -15,7 +15,7 @@ from surfacelog.actors.client import Client
 from surfacelog.actors.config import HostingConfig
 from surfacelog.gateway.app import build_app, openapi_document
 from surfacelog.gateway.auth import AuthConfig
-from surfacelog.store.shards import ShardMap
+from surfacelog.store.shardmap import ShardMap
 
 
 def document() -> dict[str, Any]:

@@ -2,30 +2,36 @@
 implementation."""
 
 from surfacelog.store.base import (
+    EventStore,
+    OpenedSession,
+    ScopedSession,
+    ScopedState,
+    SessionInfo,
+    SessionPage,
+)
+from surfacelog.store.errors import (
     BadEvent,
     CommitFailed,
     CorruptStore,
-    EventStore,
-    OpenedSession,
     ScopeConflict,
-    ScopedSession,
-    ScopedState,
     SeqMismatch,
     SessionDeleted,
     SessionExists,
-    SessionInfo,
     SessionNotFound,
-    SessionPage,
     StoreError,
     Unsupported,
     VersionRefused,
     WriterFenced,
 )
 from surfacelog.store.jsonl import StreamedImport, export_session, import_log, import_stream
-from surfacelog.store.schema_check import APPLICATION_ID, SCHEMA_VERSION
-from surfacelog.store.sqlite import SqliteEventStore, sqlite_backend
+from surfacelog.store.sqlite import (
+    APPLICATION_ID,
+    SCHEMA_VERSION,
+    SqliteEventStore,
+    WriterStats,
+    sqlite_backend,
+)
 from surfacelog.store.verify import VerifyFailure, verify_store
-from surfacelog.store.writer import WriterStats
 
 __all__ = [
     "APPLICATION_ID",

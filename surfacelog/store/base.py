@@ -1,5 +1,5 @@
 """The storage interface every event store implements (in-process, or a proxy to a
-journal actor), and its error types.
+journal actor). Its error types are in ``surfacelog.store.errors``.
 
 An event store is an ordered list of event rows per session plus one header and one
 writer epoch per session. Like a recorder in the ``eventsourcing`` library, a backend
@@ -27,25 +27,17 @@ from surfacelog.session.session import Session
 from surfacelog.store import activation
 from surfacelog.store.activation import OpenedSession
 from surfacelog.store.errors import (
-    BadEvent,
-    CommitFailed,
-    CorruptStore,
-    ScopeConflict,
     SeqMismatch,
     SessionDeleted,
-    SessionExists,
     SessionNotFound,
-    StoreError,
     Unsupported,
-    VersionRefused,
-    WriterFenced,
 )
 from surfacelog.store.rows import NO_ROWS, EncodedBatch, decode_rows, encode_batch
 from surfacelog.store.scoped import ScopedSession, ScopedState, SessionPage
 from surfacelog.store.stored import StoredSession, decode_header
 
 if TYPE_CHECKING:
-    from surfacelog.store.writer import CommitObserver
+    from surfacelog.store.sqlite.group_commit import CommitObserver
 
 
 class SessionInfo(Struct, frozen=True):
@@ -310,22 +302,10 @@ class EventStore(abc.ABC):
 
 
 __all__ = [
-    "BadEvent",
-    "CommitFailed",
-    "CorruptStore",
     "EventStore",
     "OpenedSession",
-    "ScopeConflict",
     "ScopedSession",
     "ScopedState",
-    "SeqMismatch",
-    "SessionDeleted",
-    "SessionExists",
     "SessionInfo",
-    "SessionNotFound",
     "SessionPage",
-    "StoreError",
-    "Unsupported",
-    "VersionRefused",
-    "WriterFenced",
 ]

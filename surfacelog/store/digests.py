@@ -5,9 +5,10 @@ from __future__ import annotations
 from msgspec import Struct
 
 from surfacelog.session.digest import SessionDigest, digest
-from surfacelog.store.base import CorruptStore, EventStore, StoreError
-from surfacelog.store.sharded import ShardedStores
-from surfacelog.store.shards import ShardMap
+from surfacelog.store.base import EventStore
+from surfacelog.store.errors import CorruptStore, StoreError
+from surfacelog.store.shardmap import ShardMap
+from surfacelog.store.shardset import ShardedStores
 from surfacelog.store.sqlite import SqliteEventStore
 from surfacelog.store.verify import VerifyFailure
 

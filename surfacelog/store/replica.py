@@ -44,7 +44,7 @@ import msgspec
 
 from surfacelog.store.dirsync import fsync_dir
 from surfacelog.store.errors import StoreError
-from surfacelog.store.shards import Shard, is_url
+from surfacelog.store.shardmap import Shard, is_url
 from surfacelog.store.sqlite import SqliteEventStore
 from surfacelog.store.verify import verify_store
 

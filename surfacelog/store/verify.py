@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from msgspec import Struct
 
-from surfacelog.store.base import CorruptStore, EventStore
-from surfacelog.store.errors import StoreError
-from surfacelog.store.sharded import (
+from surfacelog.store.base import EventStore
+from surfacelog.store.errors import CorruptStore, StoreError
+from surfacelog.store.shardmap import ShardMap
+from surfacelog.store.shardset import (
     Misplaced,
     ShardedSession,
     ShardedStores,
     duplicates,
     misplaced,
 )
-from surfacelog.store.shards import ShardMap
 
 
 class VerifyFailure(Struct, frozen=True):

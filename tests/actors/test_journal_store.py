@@ -16,7 +16,8 @@ import ray
 from surfacelog.actors.journal import JournalActor, JournalStore
 from surfacelog.actors.protocol import BatchPayload
 from surfacelog.session import END_SEED, AppendSpec, Session
-from surfacelog.store.base import CorruptStore, EventStore
+from surfacelog.store.base import EventStore
+from surfacelog.store.errors import CorruptStore
 from surfacelog.store.sqlite import SqliteEventStore, sqlite_backend
 
 from support.sessiongen import build_session, open_turn

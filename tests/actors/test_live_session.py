@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from surfacelog.actors.live import RELOAD, LiveSession
-from surfacelog.actors.protocol import CompactionRequest, Conflict, SessionUnavailable
+from surfacelog.actors.protocol import Conflict, SessionUnavailable
 from surfacelog.actors.script import AgentScript, ScriptConfig
 from surfacelog.schema.errors import SurfaceError
 from surfacelog.session import AppendSpec, replay
+from surfacelog.session.compaction import CompactionRequest
 from surfacelog.session.compaction_policy import (
     SUMMARY_NOT_SMALLER,
     choose_range,
@@ -22,7 +23,7 @@ from surfacelog.session.compaction_policy import (
     prune_requests,
     safe_cuts,
 )
-from surfacelog.store.base import CommitFailed, WriterFenced
+from surfacelog.store.errors import CommitFailed, WriterFenced
 from surfacelog.store.rows import EncodedBatch
 from surfacelog.store.sqlite import SqliteEventStore
 

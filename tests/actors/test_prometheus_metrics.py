@@ -22,8 +22,8 @@ from surfacelog.actors.client import Client, connect
 from surfacelog.actors.config import HostingConfig
 from surfacelog.actors.metrics import NAMES
 from surfacelog.actors.protocol import Conflict
-from surfacelog.store.base import WriterFenced
-from surfacelog.store.shards import Shard, ShardMap
+from surfacelog.store.errors import WriterFenced
+from surfacelog.store.shardmap import Shard, ShardMap
 from surfacelog.store.sqlite import SqliteEventStore
 
 pytestmark = pytest.mark.usefixtures("ray_local")

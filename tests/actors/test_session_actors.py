@@ -13,14 +13,15 @@ from surfacelog.actors.client import Client, connect
 from surfacelog.actors.compactor import RemoteCompactor
 from surfacelog.actors.config import HostingConfig
 from surfacelog.actors.driver import DriverProgress, RemoteDriver, SessionDriver
-from surfacelog.actors.protocol import CompactionRequest, Conflict
+from surfacelog.actors.protocol import Conflict
 from surfacelog.actors.script import AgentScript, ScriptConfig
 from surfacelog.actors.session_actor import RemoteSessionActor
 from surfacelog.cli.loadrun import compare, live_digests, replay_digests
 from surfacelog.schema.errors import SurfaceError
 from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec
-from surfacelog.store.base import WriterFenced
+from surfacelog.session.compaction import CompactionRequest
+from surfacelog.store.errors import WriterFenced
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 

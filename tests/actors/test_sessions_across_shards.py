@@ -12,7 +12,7 @@ from surfacelog.actors.client import Client, connect
 from surfacelog.actors.config import HostingConfig
 from surfacelog.actors.protocol import ShardUnavailable
 from surfacelog.session.fork import SESSION_ALREADY_EXISTS, ForkError
-from surfacelog.store.shards import Shard, ShardMap
+from surfacelog.store.shardmap import Shard, ShardMap
 from surfacelog.store.sqlite import SqliteEventStore
 
 pytestmark = pytest.mark.usefixtures("ray_local")

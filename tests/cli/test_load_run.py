@@ -6,16 +6,12 @@ import dataclasses
 import json
 import re
 from pathlib import Path
-from typing import get_args, get_type_hints
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
-from surfacelog.actors import config as hosting
-from surfacelog.actors import protocol
-from surfacelog.actors.script import ScriptConfig
-from surfacelog.cli import app, live, runmodel
+from surfacelog.cli import app, run_display
 from surfacelog.cli.runmodel import RunConfig
 
 from support.shared_examples import EXAMPLES
@@ -47,7 +43,7 @@ def test_run_builds_one_run_config_from_its_options(monkeypatch: pytest.MonkeyPa
         seen.append(cfg)
         return 0
 
-    monkeypatch.setattr(live, "run_live", run_live)
+    monkeypatch.setattr(run_display, "run_live", run_live)
     assert runner.invoke(app, ["run"]).exit_code == 0
     args = ["run", "--sessions", "3", "--turns", "2", "--placement", "dedicated",
             "--durability", "buffered", "--mode", "chunk", "--db", str(tmp_path / "r.db"),
@@ -65,20 +61,12 @@ def test_run_builds_one_run_config_from_its_options(monkeypatch: pytest.MonkeyPa
     ("--packs", "0"), ("--kill-every", "-1")])
 def test_run_refuses_a_bad_option_with_a_usage_error(monkeypatch: pytest.MonkeyPatch,
                                                      option: str, value: str) -> None:
-    monkeypatch.setattr(live, "run_live", lambda cfg: pytest.fail("ran"))
+    monkeypatch.setattr(run_display, "run_live", lambda cfg: pytest.fail("ran"))
     result = runner.invoke(app, ["run", option, value])
     assert result.exit_code == 2
     assert isinstance(result.exception, SystemExit)
     assert f"Invalid value for '{option}'" in result.output
     assert "Usage:" in result.output and "Traceback" not in result.output
-
-
-def test_run_choices_are_the_ones_the_actors_take() -> None:
-    """runmodel spells the actors' choices again, as typer needs them without Ray."""
-    assert set(get_args(runmodel.Placement)) == set(get_args(protocol.Placement))
-    assert set(get_args(runmodel.Durability)) == set(get_args(protocol.Durability))
-    assert set(get_args(runmodel.Writer)) == set(get_args(hosting.Writer))
-    assert set(get_args(runmodel.WriterChoice)) == {"auto", *get_args(hosting.Writer)}
 
 
 @pytest.mark.parametrize(("placement", "writer"), [("packed", "owner"),
@@ -87,8 +75,6 @@ def test_auto_writer_is_owner_when_packed(placement: str, writer: str) -> None:
     config = RunConfig(placement=placement)  # type: ignore[arg-type]
     assert config.writer == "auto" and config.hosting_writer == writer
     assert RunConfig(placement=placement, writer="journal").hosting_writer == "journal"
-    mode = get_type_hints(ScriptConfig)["mode"]
-    assert set(get_args(runmodel.AppendMode)) == set(get_args(mode))
 
 
 def run_json(db: Path, *extra: str) -> dict:  # type: ignore[type-arg]

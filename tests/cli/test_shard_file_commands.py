@@ -19,7 +19,7 @@ from surfacelog.cli import app
 from surfacelog.schema.codec import encode_log, read_log
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
 from surfacelog.store import SqliteEventStore
-from surfacelog.store.shards import Shard, ShardMap, load_shard_map
+from surfacelog.store.shardmap import Shard, ShardMap, load_shard_map
 
 from support.shared_examples import EXAMPLES
 
@@ -372,7 +372,7 @@ def test_sharded_import_streams_once_the_home_shard_exists(tmp_path: Path) -> No
     when the home file exists, and declines (``None``, nothing created) when it does
     not: creating a shard must wait until the whole file is known valid."""
     from surfacelog.schema.codec import LogStream
-    from surfacelog.store.sharded import ShardedStores
+    from surfacelog.store.shardset import ShardedStores
 
     config = write_config(tmp_path, ("a", 0), ("b", 0))
     shard_map = load_shard_map(config)

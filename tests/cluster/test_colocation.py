@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from surfacelog.actors.config import SESSION_RESOURCE, HostingConfig
-from surfacelog.store.shards import Shard, ShardMap
+from surfacelog.store.shardmap import Shard, ShardMap
 
 from support.cli_runs import short_cluster_run
 

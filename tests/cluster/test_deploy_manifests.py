@@ -39,7 +39,7 @@ import msgspec
 import pytest
 import yaml
 
-from surfacelog.store.shards import ShardMap, default_resource, load_shard_map
+from surfacelog.store.shardmap import ShardMap, default_resource, load_shard_map
 
 from support import paths
 

@@ -73,7 +73,7 @@ def test_run_loses_disks_and_restores_them(tmp_path: Path) -> None:
     replicas, and no litestream process is left."""
     from surfacelog.actors.replication import litestream_processes
     from surfacelog.store.replica import ReplicaPlan
-    from surfacelog.store.shards import load_shard_map
+    from surfacelog.store.shardmap import load_shard_map
 
     db = tmp_path / "run.db"
     report = run_report(db, "--local-nodes", "2", "--shards", "2", "--sessions", "4",
@@ -103,9 +103,9 @@ def test_disk_options_are_checked(monkeypatch: pytest.MonkeyPatch, args: list[st
                                   problem: str) -> None:
     from typer.testing import CliRunner
 
-    from surfacelog.cli import app, live
+    from surfacelog.cli import app, run_display
 
-    monkeypatch.setattr(live, "run_live", lambda cfg: pytest.fail("ran"))
+    monkeypatch.setattr(run_display, "run_live", lambda cfg: pytest.fail("ran"))
     result = CliRunner().invoke(app, ["run", *args])
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.strip()]

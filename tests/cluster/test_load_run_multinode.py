@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from surfacelog.cli import app, live
+from surfacelog.cli import app, run_display
 from surfacelog.cli.localcluster import HEALTH_CHECKS, health_checks, make_shard_map, shard_files
-from surfacelog.store.shards import load_shard_map
+from surfacelog.store.shardmap import load_shard_map
 
 from support.cli_runs import CLUSTER_ENV, NODE_LOSS_ENV, cli, clis, run_report
 
@@ -111,7 +111,7 @@ def test_cluster_run_without_kills_reports_each_shard(tmp_path: Path) -> None:
 ])
 def test_cluster_options_need_a_local_cluster(monkeypatch: pytest.MonkeyPatch,
                                               args: list[str], problem: str) -> None:
-    monkeypatch.setattr(live, "run_live", lambda cfg: pytest.fail("ran"))
+    monkeypatch.setattr(run_display, "run_live", lambda cfg: pytest.fail("ran"))
     result = CliRunner().invoke(app, ["run", *args])
     assert result.exit_code == 2
     assert isinstance(result.exception, SystemExit)

@@ -33,7 +33,7 @@ from surfacelog.gateway.deployment import start_gateway, stop_gateway
 from surfacelog.gateway.openapi import document, render
 from surfacelog.schema.codec import encode_json
 from surfacelog.session import Session
-from surfacelog.store.shards import ShardMap
+from surfacelog.store.shardmap import ShardMap
 
 from support import paths
 

@@ -39,7 +39,7 @@ from surfacelog.integrations.adk import (  # noqa: E402
 )
 from surfacelog.integrations.adk.mapping import PART_BLOCK  # noqa: E402
 from surfacelog.schema.events import ReplaceOp  # noqa: E402
-from surfacelog.store.base import SessionDeleted  # noqa: E402
+from surfacelog.store.errors import SessionDeleted  # noqa: E402
 from surfacelog.store.memory import MemoryEventStore  # noqa: E402
 from surfacelog.store.sqlite import SqliteEventStore  # noqa: E402
 

@@ -18,8 +18,6 @@ from surfacelog.session import (
     CHECKPOINT_OUTRO,
     PRUNE_MARKER,
     SUMMARY_NOT_SMALLER,
-    CompactionRequest,
-    PruneRequest,
     Session,
     SplitsToolCall,
     StaleRequest,
@@ -36,6 +34,7 @@ from surfacelog.session import (
     prune_specs,
     safe_cuts,
 )
+from surfacelog.session.compaction import CompactionRequest, PruneRequest
 
 from support.sessiongen import build_session, sessions
 

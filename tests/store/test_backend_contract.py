@@ -18,16 +18,16 @@ from surfacelog.actors.live import LiveSession
 from surfacelog.schema.events import Event
 from surfacelog.session import END_SEED, AppendSpec, Session
 from surfacelog.store import activation
-from surfacelog.store.base import (
+from surfacelog.store.base import EventStore
+from surfacelog.store.dsh_root import DshRootEventStore, dsh_root_backend
+from surfacelog.store.errors import (
     BadEvent,
     CorruptStore,
-    EventStore,
     SeqMismatch,
     SessionExists,
     SessionNotFound,
     WriterFenced,
 )
-from surfacelog.store.dsh_root import DshRootEventStore, dsh_root_backend
 from surfacelog.store.memory import MemoryEventStore
 from surfacelog.store.rows import encode_batch
 from surfacelog.store.sqlite import SqliteEventStore, sqlite_backend

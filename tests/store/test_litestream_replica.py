@@ -36,7 +36,7 @@ from surfacelog.store.replica import (
     restore_if_missing,
     sidecars,
 )
-from surfacelog.store.shards import Shard, ShardConfigError, ShardMap, load_shard_map
+from surfacelog.store.shardmap import Shard, ShardConfigError, ShardMap, load_shard_map
 from surfacelog.store.sqlite import sqlite_backend
 
 from support.sessiongen import build_session

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from surfacelog.schema.errors import InvalidArgument
-from surfacelog.store.base import (
-    EventStore,
+from surfacelog.store.base import EventStore
+from surfacelog.store.errors import (
     ScopeConflict,
     SeqMismatch,
     SessionDeleted,
@@ -23,8 +23,8 @@ from surfacelog.store.base import (
 )
 from surfacelog.store.jsonl import export_session
 from surfacelog.store.memory import MemoryEventStore
-from surfacelog.store.schema_check import SCHEMA_VERSION, schema_sql
 from surfacelog.store.sqlite import SqliteEventStore
+from surfacelog.store.sqlite.file_format import SCHEMA_VERSION, schema_sql
 
 from support.sessiongen import build_session
 from support.sessiongen import header as header_for

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from surfacelog.store.shards import (
+from surfacelog.store.shardmap import (
     DEFAULT_SHARD,
     Shard,
     ShardConfigError,

@@ -25,21 +25,23 @@ from surfacelog.session import Session, interrupted_turn_closers, replay
 from surfacelog.store import (
     APPLICATION_ID,
     SCHEMA_VERSION,
+    SqliteEventStore,
+    export_session,
+    import_log,
+    verify_store,
+)
+from surfacelog.store.errors import (
     BadEvent,
     CommitFailed,
     CorruptStore,
     SeqMismatch,
     SessionExists,
     SessionNotFound,
-    SqliteEventStore,
     StoreError,
     VersionRefused,
     WriterFenced,
-    export_session,
-    import_log,
-    verify_store,
 )
-from surfacelog.store.schema_check import schema_sql
+from surfacelog.store.sqlite.file_format import schema_sql
 
 from support.sessiongen import Clock, add_turn, build_session, header, open_turn, sessions
 from support.shared_examples import EXAMPLES
@@ -769,7 +771,7 @@ def test_schema_precheck_waits_out_a_transient_lock_error(
     """A read-only check that meets SQLITE_PROTOCOL (a killed writer's stale -shm being
     recovered by another process) retries instead of calling a good file foreign; a
     lasting error is still refused."""
-    from surfacelog.store import schema_check
+    from surfacelog.store.sqlite import file_format as schema_check
 
     db = tmp_path / "s.db"
     asyncio.run(_create_one(db))

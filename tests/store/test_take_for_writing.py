@@ -14,7 +14,8 @@ from surfacelog.integrations.adk import SurfacelogSessionService
 from surfacelog.integrations.openai_agents import SurfacelogSession
 from surfacelog.session import interrupted_turn_closers, replay
 from surfacelog.session.session import END_SEED
-from surfacelog.store import SessionDeleted, SqliteEventStore, WriterFenced
+from surfacelog.store import SqliteEventStore
+from surfacelog.store.errors import SessionDeleted, WriterFenced
 
 from support.sessiongen import add_turn, build_session, header, open_turn
 

@@ -79,7 +79,7 @@ from surfacelog.actors.protocol import Conflict, ShardUnavailable
 from surfacelog.schema.events import Event
 from surfacelog.session import END_SEED, interrupted_turn_closers
 from surfacelog.session.turns import last_turn_boundary, open_turn
-from surfacelog.store.shards import Shard, ShardMap, default_resource
+from surfacelog.store.shardmap import Shard, ShardMap, default_resource
 from surfacelog.store.sqlite import SqliteEventStore
 
 T0 = time.monotonic()

@@ -31,7 +31,7 @@ from ray.cluster_utils import Cluster
 
 from surfacelog.actors.client import connect, local_ray_on_loopback
 from surfacelog.actors.config import NAMESPACE, SESSION_RESOURCE, HostingConfig
-from surfacelog.store.shards import Shard, ShardMap, default_resource
+from surfacelog.store.shardmap import Shard, ShardMap, default_resource
 
 
 async def placed(folder: str, colocate: bool) -> dict[str, str]:

@@ -58,7 +58,7 @@ from surfacelog.actors.config import NAMESPACE, HostingConfig
 from surfacelog.actors.replication import litestream_processes
 from surfacelog.cli.localcluster import LocalCluster
 from surfacelog.store.replica import ReplicaPlan
-from surfacelog.store.shards import Shard, ShardMap, default_resource
+from surfacelog.store.shardmap import Shard, ShardMap, default_resource
 from surfacelog.store.sqlite import SqliteEventStore
 from surfacelog.store.verify import verify_shards
 

@@ -53,7 +53,8 @@ from surfacelog.schema.events import Event
 from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
 from surfacelog.session import Session, now_ms
-from surfacelog.store.base import EventStore, ScopeConflict, SessionExists, SessionNotFound
+from surfacelog.store.base import EventStore
+from surfacelog.store.errors import ScopeConflict, SessionExists, SessionNotFound
 from surfacelog.store.scoped import ScopedSession
 
 from .mapping import adk_event_of, compaction_span, map_event, tool_call_ids

@@ -23,14 +23,15 @@ from surfacelog.schema.events import Event
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
 from surfacelog.session import (
     AppendSpec,
-    CompactionRequest,
     Session,
     StaleRequest,
     check_compaction,
     compaction_specs,
     now_ms,
 )
-from surfacelog.store.base import EventStore, SessionDeleted, SessionNotFound
+from surfacelog.session.compaction import CompactionRequest
+from surfacelog.store.base import EventStore
+from surfacelog.store.errors import SessionDeleted, SessionNotFound
 
 if TYPE_CHECKING:
     from surfacelog.actors.client import SessionHandle

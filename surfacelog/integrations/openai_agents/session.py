@@ -42,13 +42,13 @@ from surfacelog.schema.events import Event, ReplaceOp
 from surfacelog.schema.gcpause import gc_paused
 from surfacelog.session import (
     AppendSpec,
-    CompactionRequest,
     SurfaceSnapshot,
     choose_range,
     compaction_request,
     extractive_summary,
     project,
 )
+from surfacelog.session.compaction import CompactionRequest
 from surfacelog.store.base import EventStore
 
 from .backends import Backend, EmbeddedBackend, HandleBackend, View

@@ -47,7 +47,6 @@ from typing import NamedTuple, Protocol
 from msgspec import Struct
 
 from surfacelog.schema.errors import InvalidArgument
-from surfacelog.store.connection import ConnectionThread
 from surfacelog.store.errors import (
     BadEvent,
     CommitFailed,
@@ -58,8 +57,10 @@ from surfacelog.store.errors import (
     StoreError,
     WriterFenced,
 )
-from surfacelog.store.rows import NO_ROWS, SELECT_EVENTS, EncodedBatch, insert_rows
-from surfacelog.store.sqlite_scoped import StateWrite, write_state
+from surfacelog.store.rows import NO_ROWS, EncodedBatch
+from surfacelog.store.sqlite.connection import ConnectionThread
+from surfacelog.store.sqlite.scoped import StateWrite, write_state
+from surfacelog.store.sqlite.statements import SELECT_EVENTS, insert_rows
 from surfacelog.store.stored import StoredSession
 
 _ADVANCE = (

@@ -32,7 +32,7 @@ from surfacelog.store.jsonl import (
     stream_header,
     validated_stream,
 )
-from surfacelog.store.shards import Shard, ShardMap
+from surfacelog.store.shardmap import Shard, ShardMap
 from surfacelog.store.sqlite import SqliteEventStore
 
 

@@ -3,7 +3,7 @@ and initialise new ones (docs/rules.md §12).
 
 A file is *ours* when its ``application_id`` is ``APPLICATION_ID``, its ``user_version``
 is ``SCHEMA_VERSION`` and its tables, columns and indexes are exactly those that
-``surfacelog/schema/store.sql`` creates. A file is *new* when it does not exist, is
+``surfacelog/store/sqlite/schema.sql`` creates. A file is *new* when it does not exist, is
 empty, or is a SQLite database with no schema objects and both pragmas zero. Anything
 else is refused with ``VersionRefused`` before a single byte of it is written: the first
 look goes through a read-only connection that cannot create journal files either.
@@ -19,10 +19,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Final, Literal
 
-from surfacelog.store.base import VersionRefused
+from surfacelog.store.errors import VersionRefused
 
 SCHEMA_VERSION: Final = 2
-"""Bump with every change of ``store.sql``."""
+"""Bump with every change of ``schema.sql``."""
 
 APPLICATION_ID: Final = 0x53664C67
 """``PRAGMA application_id`` of surfacelog databases ("SfLg")."""
@@ -37,8 +37,8 @@ _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 
 
 def schema_sql() -> str:
-    """The DDL of this build (``surfacelog/schema/store.sql``)."""
-    return resources.files("surfacelog.schema").joinpath("store.sql").read_text("utf-8")
+    """The DDL of this build (``surfacelog/store/sqlite/schema.sql``)."""
+    return resources.files("surfacelog.store.sqlite").joinpath("schema.sql").read_text("utf-8")
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def _statements() -> list[str]:
     rest = [line for line in statement.splitlines() if line.strip()
             and not line.strip().startswith("--")]
     if rest:
-        raise RuntimeError(f"store.sql ends with an incomplete statement: {rest[0]!r}")
+        raise RuntimeError(f"schema.sql ends with an incomplete statement: {rest[0]!r}")
     return out
 
 

@@ -33,7 +33,7 @@ T = TypeVar("T")
 def _check_aiosqlite() -> None:
     if not callable(getattr(aiosqlite.Connection, "_execute", None)):
         raise RuntimeError("this aiosqlite release has no Connection._execute; "
-                           "surfacelog.store.connection needs updating")
+                           "surfacelog.store.sqlite.connection needs updating")
 
 
 _check_aiosqlite()
@@ -66,7 +66,7 @@ class ConnectionThread:
         if not isinstance(thread, threading.Thread) or thread.is_alive():
             raise RuntimeError("this aiosqlite release does not create its connection "
                                "thread unstarted as Connection._thread; "
-                               "surfacelog.store.connection needs updating")
+                               "surfacelog.store.sqlite.connection needs updating")
         thread.daemon = True
         conn = await pending
         return cls(conn)

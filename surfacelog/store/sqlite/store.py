@@ -17,9 +17,7 @@ from surfacelog.schema.errors import DecodeError, InvalidArgument
 from surfacelog.schema.events import Event
 from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.header import SessionHeader, check_header, header_to_json
-from surfacelog.store import sqlite_scoped as scoped_sql
 from surfacelog.store.base import EventStore, SessionInfo
-from surfacelog.store.connection import ConnectionThread
 from surfacelog.store.errors import (
     DatabaseNotFound,
     SeqMismatch,
@@ -28,15 +26,7 @@ from surfacelog.store.errors import (
     SessionNotFound,
     StoreError,
 )
-from surfacelog.store.rows import (
-    NO_ROWS,
-    SELECT_EVENTS,
-    EncodedBatch,
-    encode_batch,
-    encode_records,
-    insert_rows,
-)
-from surfacelog.store.schema_check import check_or_initialise, classify, inspect_file, read_shape
+from surfacelog.store.rows import NO_ROWS, EncodedBatch, encode_batch, encode_records
 from surfacelog.store.scoped import (
     ScopedSession,
     ScopedState,
@@ -44,8 +34,22 @@ from surfacelog.store.scoped import (
     check_page,
     split_delta,
 )
+from surfacelog.store.sqlite import scoped as scoped_sql
+from surfacelog.store.sqlite.connection import ConnectionThread
+from surfacelog.store.sqlite.file_format import (
+    check_or_initialise,
+    classify,
+    inspect_file,
+    read_shape,
+)
+from surfacelog.store.sqlite.group_commit import (
+    CREATE_SESSION,
+    CommitObserver,
+    GroupWriter,
+    NewSession,
+)
+from surfacelog.store.sqlite.statements import SELECT_EVENTS, insert_rows
 from surfacelog.store.stored import StoredSession
-from surfacelog.store.writer import CREATE_SESSION, CommitObserver, GroupWriter, NewSession
 
 Synchronous = Literal["FULL", "NORMAL"]
 T = TypeVar("T")
