@@ -21,6 +21,7 @@ import ray
 from msgspec import UNSET, UnsetType
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+from surfacelog.actors.coalesce import CallLine, LineStats, Outcome, Request, RequestError
 from surfacelog.actors.config import (
     NAMESPACE,
     Durability,
@@ -89,6 +90,10 @@ RETRY_FOR_S = _retry_for_s()
 """How long a handle keeps resending an idempotent request whose actor died or is
 restarting (Ray restarts it; a dedicated actor's new process takes about a second):
 30 s unless ``SURFACELOG_RETRY_FOR_S`` says otherwise."""
+COALESCE_ENV: Final = "SURFACELOG_COALESCE"
+"""Set to ``0`` to send each request in a call of its own (to measure what coalescing
+gives); read once, inherited by the processes of a Ray this process starts."""
+COALESCE = os.environ.get(COALESCE_ENV, "1") != "0"
 _MAX_CONCURRENCY = 10_000
 _HOMES_KEPT = 100_000
 """Session homes a client remembers (least recently used dropped first)."""
@@ -180,6 +185,12 @@ _UNKNOWN_OUTCOME: Final = (RayActorError, CommitFailed)
 """Errors a session actor may relay after which its write may or may not have happened."""
 
 
+def _payload_size(args: Sequence[Any]) -> int:
+    """The bytes an argument list carries, as far as a line's bound counts them: its
+    encoded requests (``bytes``); other arguments are small."""
+    return sum(len(a) for a in args if isinstance(a, (bytes, bytearray))) + 64
+
+
 def _unwrap(exc: RayTaskError) -> BaseException:
     cause = getattr(exc, "cause", None)
     return cause if isinstance(cause, BaseException) else exc
@@ -202,6 +213,9 @@ class Client:
         self.resent = 0
         """Requests this client's handles sent again after their actor died."""
         self.retry_for_s = RETRY_FOR_S
+        self.coalesce = COALESCE
+        """Whether the handles' requests to one actor share calls (``line_to``)."""
+        self._lines: dict[str, tuple[Any, asyncio.AbstractEventLoop, CallLine[Any]]] = {}
 
     @property
     def db(self) -> str:
@@ -281,6 +295,38 @@ class Client:
             ).remote(self.config, shard.name)
             self._actors[name] = actor
         return actor
+
+    def line_to(self, name: str, actor: Any) -> CallLine[Any]:
+        """The line of this process's requests to ``actor`` (named ``name``), made on
+        first use; a new one for a new handle under the same name (a restarted
+        dedicated actor) or another event loop."""
+        loop = asyncio.get_running_loop()
+        known = self._lines.get(name)
+        if known is not None and known[0] is actor and known[1] is loop:
+            return known[2]
+
+        async def one(request: Request) -> Any:
+            ref = getattr(actor, request.method).remote(*request.args)
+            return await asyncio.wrap_future(ref.future())
+
+        async def many(requests: Sequence[Request]) -> Sequence[Outcome]:
+            ref = actor.call_many.remote(list(requests))
+            outcomes: list[Outcome] = await asyncio.wrap_future(ref.future())
+            return outcomes
+
+        line: CallLine[Any] = CallLine(one, many)
+        self._lines[name] = (actor, loop, line)
+        return line
+
+    def call_stats(self) -> LineStats:
+        """What this client's lines sent, summed: calls, requests, coalesced calls."""
+        total = LineStats()
+        for _, _, line in self._lines.values():
+            total.calls += line.stats.calls
+            total.requests += line.stats.requests
+            total.coalesced_calls += line.stats.coalesced_calls
+            total.largest = max(total.largest, line.stats.largest)
+        return total
 
     def forget(self, session_id: str) -> None:
         """Drop the cached actor handle (after the actor died) to resolve it again."""
@@ -489,21 +535,29 @@ class SessionHandle:
         is also resent after the session actor relays a write of unknown outcome (not
         for a flush, whose caller must learn that a write failed)."""
         backoff = Backoff(self.client.retry_for_s)
+        client = self.client
+        call_args = (self.session_id, *args) if keyed else args
         while True:
-            shard = await self.client.shard_of(self.session_id)
-            actor = self.client.actor_on(shard, self.session_id)
+            shard = await client.shard_of(self.session_id)
+            actor = client.actor_on(shard, self.session_id)
             try:
-                call = getattr(actor, method)
-                ref = call.remote(self.session_id, *args) if keyed else call.remote(*args)
+                if client.coalesce:
+                    line = client.line_to(client.actor_name(shard, self.session_id), actor)
+                    sent: Any = line.submit(Request(method, call_args, self.session_id,
+                                                    _payload_size(call_args)))
+                else:
+                    sent = getattr(actor, method).remote(*call_args)
                 # An actor whose node is gone waits for a node offering its shard's
                 # resource; without a deadline the caller would wait with it.
-                return await within(ref, backoff.remaining())
+                return await within(sent, backoff.remaining())
             except asyncio.TimeoutError:
                 raise ShardUnavailable(
                     f"session {self.session_id!r}: shard {shard.name!r} did not answer "
-                    f"{method} within {self.client.retry_for_s:g} s") from None
-            except RayTaskError as exc:
-                error = _unwrap(exc)
+                    f"{method} within {client.retry_for_s:g} s") from None
+            except (RayTaskError, RequestError) as exc:
+                # The request's own error at the actor: Ray's wrapping of a call's, or a
+                # coalesced call's of one of its requests; handled alike.
+                error = _unwrap(exc) if isinstance(exc, RayTaskError) else exc.error
                 # The session actor's journal died or its commit failed: the session
                 # reloads from the store, and an idempotent request may be sent again.
                 if not (idempotent and relayed and isinstance(error, _UNKNOWN_OUTCOME)) \

@@ -11,7 +11,9 @@ applied to calls: the busier the line, the more each call carries.
 
 Each request keeps its own outcome: the actor answers a coalesced call with one
 ``Outcome`` per request (a value, or the exception that request alone raised), and each
-caller gets its own. A failure of the call itself (the actor died, the process lost
+caller gets its own (an exception raised at the actor comes wrapped in ``RequestError``,
+as Ray wraps one in ``RayTaskError``, so that the caller can tell it from a failure of
+the call). A failure of the call itself (the actor died, the process lost
 its connection) is every request's failure, raised to each caller as it would have
 been raised by a call of its own, so that each applies its own resend rule.
 
@@ -48,6 +50,15 @@ class Request:
     args: tuple[Any, ...]
     key: Hashable
     size: int = 0
+
+
+class RequestError(Exception):
+    """The exception ``error`` that one request of a coalesced call raised at the actor
+    (its neighbours in the call are not concerned)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +121,8 @@ class CallLine(Generic[R]):
 
     async def submit(self, request: Request) -> Any:
         """Send ``request`` (at once when the line is idle, else with the next call)
-        and return its value. Raises what the request raised at the actor, or what the
+        and return its value. Raises what ``send_one`` raises when it went alone;
+        ``RequestError`` when it raised at the actor inside a coalesced call; what the
         call carrying it raised (then every request of that call raises it)."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append(_Pending(request, future))
@@ -179,7 +191,7 @@ class CallLine(Generic[R]):
             if p.future.done():
                 continue
             if outcome.error is not None:
-                p.future.set_exception(outcome.error)
+                p.future.set_exception(RequestError(outcome.error))
             else:
                 p.future.set_result(outcome.value)
 
@@ -210,4 +222,4 @@ async def run_coalesced(requests: Sequence[Request],
 
 
 __all__ = ["MAX_BYTES", "MAX_ITEMS", "CallLine", "LineStats", "Outcome", "Request",
-           "run_coalesced"]
+           "RequestError", "run_coalesced"]

@@ -16,10 +16,11 @@ import asyncio
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import ray
 
+from surfacelog.actors.coalesce import Outcome, Request, run_coalesced
 from surfacelog.actors.config import NAMESPACE, Durability, HostingConfig, Placement
 from surfacelog.actors.journal import JournalActor, JournalStore, journal_name
 from surfacelog.actors.live import RELOAD, LiveSession
@@ -342,6 +343,19 @@ class SessionActor:
             raise
         return True
 
+    async def call_many(self, requests: Sequence[Request]) -> list[Outcome]:
+        """Several requests of one client process in one call (``actors.coalesce``),
+        each answered with its own ``Outcome``: one session's requests are applied in
+        the order they came, different sessions' side by side, so that their writes
+        share one group commit. A request for a method not in ``COALESCED`` is refused
+        (its outcome is a ``ValueError``)."""
+        async def apply(request: Request) -> Any:
+            if request.method not in COALESCED:
+                raise ValueError(f"{request.method!r} is not a request a coalesced call "
+                                 "carries")
+            return await getattr(self, request.method)(*request.args)
+        return await run_coalesced(requests, apply)
+
     async def actor_stats(self) -> ActorStats:
         rss, uss = _memory()
         return ActorStats(active_sessions=len(self._sessions), activations=self._activations,
@@ -364,6 +378,14 @@ class SessionActor:
             failures.append(failure_line("(journal flush)", exc))
         return failures
 
+
+COALESCED: Final = frozenset({
+    "append", "append_batch", "append_wire", "events", "events_wire", "surface",
+    "surface_events", "derive_messages", "derive_wire", "fold", "compact", "prune",
+    "pressure", "set_context", "replace", "fork", "fork_seed", "flush", "stats", "header",
+    "passivate"})
+"""The session requests (each naming its session first) that ``call_many`` applies: the
+methods ``SessionHandle`` calls."""
 
 RemoteSessionActor: Any = ray.remote(SessionActor)
 
