@@ -216,6 +216,8 @@ class Client:
         self.coalesce = COALESCE
         """Whether the handles' requests to one actor share calls (``line_to``)."""
         self._lines: dict[str, tuple[Any, asyncio.AbstractEventLoop, CallLine[Any]]] = {}
+        self.direct_calls = 0
+        """Requests sent in calls of their own with ``coalesce`` off."""
 
     @property
     def db(self) -> str:
@@ -320,7 +322,8 @@ class Client:
 
     def call_stats(self) -> LineStats:
         """What this client's lines sent, summed: calls, requests, coalesced calls."""
-        total = LineStats()
+        total = LineStats(calls=self.direct_calls, requests=self.direct_calls,
+                          largest=min(self.direct_calls, 1))
         for _, _, line in self._lines.values():
             total.calls += line.stats.calls
             total.requests += line.stats.requests
@@ -546,6 +549,7 @@ class SessionHandle:
                     sent: Any = line.submit(Request(method, call_args, self.session_id,
                                                     _payload_size(call_args)))
                 else:
+                    client.direct_calls += 1
                     sent = getattr(actor, method).remote(*call_args)
                 # An actor whose node is gone waits for a node offering its shard's
                 # resource; without a deadline the caller would wait with it.

@@ -142,6 +142,9 @@ class DriverProgress(msgspec.Struct):
     possible with buffered durability when an actor crashes, never with durable."""
     errors: int = 0
     """Sessions whose driving failed for good."""
+    ray_calls: int = 0
+    """Ray calls the driver's client sent to session actors (a coalesced call counts
+    once, whatever it carries); 0 over HTTP, where the gateway makes them."""
     last_error: str | None = None
     latencies_ms: list[float] = msgspec.field(default_factory=list)
     append_times_ms: list[float] = msgspec.field(default_factory=list)
@@ -425,7 +428,12 @@ class DriverActor:
                 self._progress.errors += 1
                 self._progress.last_error = f"{type(result).__name__}: {result}"[:300]
         self._progress.resent = self._client.resent
+        self._progress.ray_calls = self._ray_calls()
         return self._progress
+
+    def _ray_calls(self) -> int:
+        client = self._client
+        return client.call_stats().calls if isinstance(client, Client) else 0
 
     def progress(self) -> dict[str, Any]:
         """Counters so far (without the samples), cheap to poll."""
@@ -434,6 +442,7 @@ class DriverActor:
                 "turns_interrupted": p.turns_interrupted, "events": p.events,
                 "appends": p.appends, "conflicts": p.conflicts,
                 "resent": self._client.resent, "lost": p.lost,
+                "ray_calls": self._ray_calls(),
                 "errors": p.errors,
                 "finished": p.finished, "last_error": p.last_error,
                 "recent_latencies_ms": p.latencies_ms[-200:],

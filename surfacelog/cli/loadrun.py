@@ -173,6 +173,7 @@ def _merge(parts: list[DriverProgress]) -> DriverProgress:
         out.conflicts += p.conflicts
         out.lost += p.lost
         out.resent += p.resent
+        out.ray_calls += p.ray_calls
         out.errors += p.errors
         out.finished += p.finished
         out.last_error = out.last_error or p.last_error
@@ -231,7 +232,7 @@ async def run_workload(cfg: RunConfig,
     pruner = RemotePruner.options(**opts).remote(
         hosting, retry_for_s, compact_at=cfg.compact_at, prune_over=cfg.prune_over)
     await asyncio.gather(compactor.manage.remote(ids), pruner.manage.remote(ids))
-    n_drivers = max(1, min(cfg.drivers, len(ids)))
+    n_drivers = cfg.driver_count(len(ids), ray.cluster_resources().get("CPU", 1.0))
     gateway_url: str | None = None
     if cfg.via == "http":
         gateway_url, token = await asyncio.get_running_loop().run_in_executor(

@@ -133,7 +133,11 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         ("Errors", value(report["errors"])),
         ("Store size", value(round(report["store_bytes"] / 1e6, 2), "MB")),
         ("Wall time", value(report["wall_s"], "s")),
-        ("CPU per append, all processes", value(report["cpu_ms_per_append"], "ms")),
+        ("CPU per append / per event, all processes",
+         f"{value(report['cpu_ms_per_append'], 'ms')} / "
+         f"{value(report['cpu_ms_per_event'], 'ms')}"),
+        ("Ray calls per event (drivers to session actors)",
+         value(report["ray_calls_per_event"])),
         ("Verification", "passed" if report["verification"]["passed"] else "FAILED"),
     ]
     if report.get("incomplete"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 from typer import BadParameter, Option
 
@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from surfacelog.actors.driver import DriverProgress
     from surfacelog.session.digest import SessionDigest
 
+
+SESSIONS_PER_DRIVER: Final = 25
+"""``--drivers auto``: one driver per this many sessions (within the cluster's CPUs)."""
 
 Via = Literal["ray", "http"]
 WriterChoice = Literal["auto", Writer]
@@ -40,7 +43,11 @@ class RunConfig:
     placement: Annotated[Placement, Option(
         help="packed: many sessions per actor; dedicated: one actor per session")] = "packed"
     packs: Annotated[int, Option(help="session actors in packed placement", min=1)] = 4
-    drivers: Annotated[int, Option(help="agent-loop driver actors", min=1)] = 2
+    drivers: Annotated[str, Option(
+        metavar="N|auto",
+        help="agent-loop driver actors; auto: one per 25 sessions, at most one per CPU "
+             "of the cluster (the drivers' requests to an actor share calls, so fewer "
+             "drivers coalesce more)")] = "auto"
     compact_at: Annotated[int, Option(
         min=0, help="compact a surface above this many estimated tokens")] = 3000
     prune_over: Annotated[int, Option(
@@ -122,6 +129,9 @@ class RunConfig:
     as_json: Annotated[bool, Option("--json", help="machine-readable output")] = False
 
     def __post_init__(self) -> None:
+        if self.drivers != "auto" and not (self.drivers.isdigit() and int(self.drivers) >= 1):
+            raise BadParameter(f"{self.drivers!r} is neither a count >= 1 nor 'auto'",
+                               param_hint="'--drivers'")
         if self.writer == "owner" and self.placement != "packed":
             raise BadParameter("--writer owner hosts a shard's sessions in one actor: it "
                                "needs --placement packed", param_hint="'--writer'")
@@ -149,6 +159,17 @@ class RunConfig:
         elif self.address is not None:
             raise BadParameter("--local-nodes starts its own cluster: it cannot join "
                                "--address", param_hint="'--local-nodes'")
+
+    def driver_count(self, sessions: int, cpus: float) -> int:
+        """The drivers to start for ``sessions`` on a cluster of ``cpus`` CPUs: the
+        number given, or with ``auto`` one per ``SESSIONS_PER_DRIVER`` sessions within
+        ``[1, cpus]``; never more than the sessions."""
+        if self.drivers == "auto":
+            wanted = -(-sessions // SESSIONS_PER_DRIVER)
+            count = min(wanted, max(1, int(cpus)))
+        else:
+            count = int(self.drivers)
+        return max(1, min(count, sessions))
 
     @property
     def shard_count(self) -> int:
@@ -365,6 +386,11 @@ class RunResult:
             "cpu_s": None if self.cpu_s is None else round(self.cpu_s, 2),
             "cpu_ms_per_append": (None if self.cpu_s is None or not p.appends
                                   else round(1000 * self.cpu_s / p.appends, 3)),
+            "cpu_ms_per_event": (None if self.cpu_s is None or not p.events
+                                 else round(1000 * self.cpu_s / p.events, 4)),
+            "ray_calls": p.ray_calls,
+            "ray_calls_per_event": (round(p.ray_calls / p.events, 4)
+                                    if p.events and p.ray_calls else None),
             "verification": {"passed": self.verified, "sessions": len(self.live),
                              "mismatches": self.mismatches[:20]},
             "incomplete": self.incomplete[:20],
