@@ -1,0 +1,265 @@
+"""Hosting cost per event: the load run's workload hosted on a local Ray, beside the same
+workload in process and beside a no-op Ray call, all measured in this run.
+
+Rows (each hosted row with coalesced calls, and again with every request in a call of
+its own, ``SURFACELOG_COALESCE=0``, the behaviour before coalescing):
+
+1. floors: a no-op async-actor call, one at a time (calls/s and CPU per call over every
+   process); the scripted workload appended in this process through ``LiveSession`` +
+   the SQLite store (durable), no Ray (events/s);
+2. ``surfacelog run --mode chunk``, 50 sessions, durable (events/s, p50/p99, CPU per
+   event over every process, Ray calls per event);
+3. the same in batch mode;
+4. chunk mode at 1 / 50 / 200 / 1,000 sessions;
+5. a one-event append with nothing else in flight, against the no-op call.
+
+Each ``surfacelog run`` is a child process with its own embedded Ray (as a user runs it);
+the figures are its JSON report's. ``--quick`` runs tiny sizes (the smoke test's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_actors import Report, Result
+
+from surfacelog.actors.driver import DriverProgress, SessionDriver
+from surfacelog.actors.live import LiveSession
+from surfacelog.actors.protocol import LoggedEvents
+from surfacelog.actors.script import AgentScript, AppendMode, ScriptConfig
+from surfacelog.schema.events import Event
+from surfacelog.session import AppendSpec, SurfaceSnapshot
+from surfacelog.session.context import DEFAULT_PLUGIN, context_message
+from surfacelog.store.shardmap import Shard, ShardMap
+from surfacelog.store.sqlite import SqliteEventStore
+
+JSON_PREFIX = "BENCH_HOSTING_JSON "
+
+
+# -- the in-process floor ------------------------------------------------------------------
+
+
+class _LocalClient:
+    """What a ``SessionDriver`` asks of its client, for sessions in this process."""
+
+    def __init__(self) -> None:
+        self.resent = 0
+        self.retry_for_s = 30.0
+        self._shard = ShardMap.single("in-process.db").shards[0]
+
+    async def shard_of(self, session_id: str) -> Shard:
+        return self._shard
+
+
+class _LocalHandle:
+    """A ``DriverHandle`` over a ``LiveSession`` of this process: the driver's calls
+    with no Ray between it and the session."""
+
+    def __init__(self, live: LiveSession, client: _LocalClient) -> None:
+        self._live = live
+        self._client = client
+
+    @property
+    def session_id(self) -> str:
+        return self._live.session_id
+
+    @property
+    def client(self) -> _LocalClient:
+        return self._client
+
+    async def append_batch(self, specs: Sequence[AppendSpec],
+                           expected_seq: int | None = None) -> LoggedEvents:
+        return LoggedEvents.of(await self._live.append_batch(specs, expected_seq))
+
+    async def events(self, since_seq: int = 0, limit: int | None = None) -> list[Event]:
+        return self._live.events(since_seq, limit)
+
+    async def surface(self) -> SurfaceSnapshot:
+        return self._live.surface()
+
+    async def set_context(self, body: str | dict[str, Any], *,
+                          plugin: str = DEFAULT_PLUGIN) -> Event | None:
+        payload = body if isinstance(body, dict) else context_message(body, plugin=plugin)
+        return await self._live.set_context(payload)
+
+    async def flush(self) -> None:
+        await self._live.flush()
+
+
+async def in_process_floor(folder: str, sessions: int, turns: int,
+                           mode: AppendMode) -> tuple[float, int]:
+    """Events/s and events of the run's scripted workload (``sessions`` sessions,
+    ``turns`` turns, ``mode``) appended in this process through ``LiveSession`` and a
+    durable ``SqliteEventStore``, every session at once."""
+    store = await SqliteEventStore.open(os.path.join(folder, f"floor-{mode}.db"))
+    try:
+        client = _LocalClient()
+        progress = DriverProgress()
+        config = ScriptConfig(mode=mode)
+        lives = [await LiveSession.activate(f"s{k:04d}", store) for k in range(sessions)]
+        started = time.perf_counter()
+        drivers = [SessionDriver(_LocalHandle(live, client),  # type: ignore[arg-type]
+                                 AgentScript(live.session_id, config), progress, time.time())
+                   for live in lives]
+        await asyncio.gather(*(d.run(turns) for d in drivers))
+        elapsed = time.perf_counter() - started
+        if progress.errors:
+            raise RuntimeError(f"in-process floor: {progress.last_error}")
+        return progress.events / elapsed, progress.events
+    finally:
+        await store.close()
+
+
+# -- the no-op call ---------------------------------------------------------------------------
+
+
+def noop_call(n: int) -> tuple[float, float]:
+    """Calls/s of a no-op async-actor call made one at a time from this process, and the
+    CPU milliseconds per call summed over every process of the Ray it starts."""
+    import ray
+
+    from surfacelog.cli.loadrun import cpu_by_process, cpu_spent
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    try:
+        @ray.remote(num_cpus=0)
+        class Noop:
+            async def ping(self) -> None:
+                return None
+
+        actor = Noop.remote()  # type: ignore[attr-defined]
+        ray.get(actor.ping.remote())
+
+        async def calls() -> float:
+            for _ in range(max(10, n // 10)):
+                await actor.ping.remote()
+            started = time.perf_counter()
+            for _ in range(n):
+                await actor.ping.remote()
+            return time.perf_counter() - started
+
+        before = cpu_by_process()
+        elapsed = asyncio.run(calls())
+        cpu = cpu_spent(before, cpu_by_process())
+        return n / elapsed, 1000 * cpu / n
+    finally:
+        ray.shutdown()
+
+
+# -- hosted runs --------------------------------------------------------------------------------
+
+
+def hosted_run(folder: str, name: str, args: Sequence[str], coalesce: bool,
+               timeout_s: float = 1800) -> dict[str, Any]:
+    """The JSON report of ``surfacelog run --json ARGS`` in a child process (its own
+    embedded Ray), with coalescing on or off."""
+    db = os.path.join(folder, f"{name}-{'c' if coalesce else 'n'}.db")
+    env = {**os.environ, "SURFACELOG_COALESCE": "1" if coalesce else "0"}
+    proc = subprocess.run([sys.executable, "-m", "surfacelog.cli", "run", "--db", db,
+                           "--json", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout_s, check=False)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"surfacelog run {' '.join(args)}: exit {proc.returncode}\n"
+                           f"{proc.stderr[-2000:]}")
+    report: dict[str, Any] = json.loads(lines[-1])
+    if report["errors"] or not report["verification"]["passed"]:
+        raise RuntimeError(f"surfacelog run {' '.join(args)}: {report['last_error']}")
+    return report
+
+
+def _row(report: Report, section: str, label: str, run: dict[str, Any], before: dict[str, Any],
+         floor: float | None, noop_rate: float) -> None:
+    lat, was = run["append_latency_ms"], before["append_latency_ms"]
+    note = (f"p50 {lat['p50']} / p99 {lat['p99']} ms (uncoalesced {was['p50']} / "
+            f"{was['p99']}); CPU/event {run['cpu_ms_per_event']} ms (uncoalesced "
+            f"{before['cpu_ms_per_event']}); Ray calls/event {run['ray_calls_per_event']} "
+            f"(uncoalesced {before['ray_calls_per_event']})")
+    report.add(Result(section, f"{label}: events/s", run["events_per_s"], "events/s",
+                      "uncoalesced", before["events_per_s"], note=note))
+    report.add(Result(section, f"{label}: events/s vs no-op calls/s", run["events_per_s"],
+                      "events/s", "no-op calls/s", noop_rate, ">= 10x",
+                      run["events_per_s"] >= 10 * noop_rate))
+    if floor is not None:
+        report.add(Result(section, f"{label}: events/s vs in process", run["events_per_s"],
+                          "events/s", "in process", floor, ">= 0.25x",
+                          run["events_per_s"] >= 0.25 * floor))
+    report.add(Result(section, f"{label}: p50", lat["p50"], "ms", "uncoalesced",
+                      was["p50"], "<= 10 ms", lat["p50"] <= 10))
+    if run["cpu_ms_per_event"] is not None:
+        report.add(Result(section, f"{label}: CPU per event", run["cpu_ms_per_event"], "ms",
+                          "uncoalesced", before["cpu_ms_per_event"], "<= 0.1 ms",
+                          run["cpu_ms_per_event"] <= 0.1))
+
+
+def run_all(folder: str, quick: bool) -> Report:
+    report = Report()
+    sessions, turns = (4, 1) if quick else (50, 4)
+    print("1. floors", flush=True)
+    noop_rate, noop_cpu = noop_call(200 if quick else 3000)
+    report.add(Result("1", "no-op async-actor call, one at a time", noop_rate, "calls/s",
+                      note=f"CPU {noop_cpu:.3f} ms per call, all processes"))
+    floors = {}
+    for mode in ("chunk", "batch"):
+        rate, events = asyncio.run(in_process_floor(folder, sessions, turns, mode))  # type: ignore[arg-type]
+        floors[mode] = rate
+        report.add(Result("1", f"in process, {mode} mode, {sessions} sessions", rate,
+                          "events/s", note=f"{events:,} events, durable SQLite, no Ray"))
+    base = ["--sessions", str(sessions), "--turns", str(turns)]
+    for section, mode in (("2", "chunk"), ("3", "batch")):
+        print(f"{section}. {mode} mode, {sessions} sessions", flush=True)
+        args = [*base, "--mode", mode]
+        after = hosted_run(folder, f"{mode}-{sessions}", args, True)
+        before = hosted_run(folder, f"{mode}-{sessions}", args, False)
+        _row(report, section, f"{mode}, {sessions} sessions", after, before, floors[mode],
+             noop_rate)
+    print("4. sessions", flush=True)
+    for count in ((1, 8) if quick else (1, 50, 200, 1000)):
+        args = ["--sessions", str(count), "--turns", str(turns if count <= 200 else 2),
+                "--mode", "chunk"]
+        after = hosted_run(folder, f"scale-{count}", args, True)
+        lat = after["append_latency_ms"]
+        report.add(Result("4", f"chunk, {count} session(s): events/s", after["events_per_s"],
+                          "events/s", note=f"p50 {lat['p50']} / p99 {lat['p99']} ms, "
+                          f"Ray calls/event {after['ray_calls_per_event']}"))
+    print("5. one append alone", flush=True)
+    alone = hosted_run(folder, "alone", ["--sessions", "1", "--turns", str(turns),
+                                         "--mode", "chunk", "--drivers", "1"], True)
+    p50 = alone["append_latency_ms"]["p50"]
+    noop_ms = 1000 / noop_rate
+    report.add(Result("5", "one-event append, nothing else in flight: p50", p50, "ms",
+                      "no-op call", noop_ms, "<= 1.3x", p50 <= 1.3 * noop_ms,
+                      note="the p50 of a one-session chunk run: the session's appends "
+                           "one at a time"))
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (the smoke test)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-hosting-") as folder:
+        report = run_all(folder, args.quick)
+    print()
+    print(report.markdown())
+    print(JSON_PREFIX + json.dumps([{"section": r.section, "name": r.name, "value": r.value,
+                                     "baseline": r.baseline, "ratio": r.ratio}
+                                    for r in report.results]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
