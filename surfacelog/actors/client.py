@@ -21,7 +21,15 @@ import ray
 from msgspec import UNSET, UnsetType
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from surfacelog.actors.coalesce import CallLine, LineStats, Outcome, Request, RequestError
+from surfacelog.actors.coalesce import (
+    CallLine,
+    LineStats,
+    Outcome,
+    Request,
+    RequestError,
+    outcomes_from_wire,
+    requests_to_wire,
+)
 from surfacelog.actors.config import (
     NAMESPACE,
     Durability,
@@ -312,9 +320,8 @@ class Client:
             return await asyncio.wrap_future(ref.future())
 
         async def many(requests: Sequence[Request]) -> Sequence[Outcome]:
-            ref = actor.call_many.remote(list(requests))
-            outcomes: list[Outcome] = await asyncio.wrap_future(ref.future())
-            return outcomes
+            ref = actor.call_many.remote(requests_to_wire(requests))
+            return outcomes_from_wire(await asyncio.wrap_future(ref.future()))
 
         line: CallLine[Any] = CallLine(one, many)
         self._lines[name] = (actor, loop, line)

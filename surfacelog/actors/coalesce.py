@@ -92,6 +92,34 @@ class _Pending:
     future: asyncio.Future[Any] = field(repr=False)
 
 
+WireRequest = tuple[str, tuple[Any, ...], Hashable]
+"""A request as a coalesced call carries it: ``(method, args, key)``."""
+WireOutcome = tuple[Any, BaseException | None]
+"""An outcome as a coalesced reply carries it: ``(value, error)``."""
+
+
+def requests_to_wire(requests: Sequence[Request]) -> list[WireRequest]:
+    """Requests as plain tuples: Ray pickles a list of tuples of strings, bytes and
+    numbers about ten times faster than a list of dataclasses (measured: 80 vs 900 us
+    for 50 appends), and the call's cost is what coalescing exists to cut."""
+    return [(r.method, r.args, r.key) for r in requests]
+
+
+def requests_from_wire(wire: Sequence[WireRequest]) -> list[Request]:
+    """The inverse of ``requests_to_wire`` (sizes are the sender's business: 0)."""
+    return [Request(method, tuple(args), key) for method, args, key in wire]
+
+
+def outcomes_to_wire(outcomes: Sequence[Outcome]) -> list[WireOutcome]:
+    """Outcomes as plain tuples (see ``requests_to_wire``)."""
+    return [(o.value, o.error) for o in outcomes]
+
+
+def outcomes_from_wire(wire: Sequence[WireOutcome]) -> list[Outcome]:
+    """The inverse of ``outcomes_to_wire``."""
+    return [Outcome(value, error) for value, error in wire]
+
+
 SendOne = Callable[[Request], Awaitable[Any]]
 SendMany = Callable[[Sequence[Request]], Awaitable[Sequence[Outcome]]]
 
@@ -222,4 +250,5 @@ async def run_coalesced(requests: Sequence[Request],
 
 
 __all__ = ["MAX_BYTES", "MAX_ITEMS", "CallLine", "LineStats", "Outcome", "Request",
-           "RequestError", "run_coalesced"]
+           "RequestError", "WireOutcome", "WireRequest", "outcomes_from_wire",
+           "outcomes_to_wire", "requests_from_wire", "requests_to_wire", "run_coalesced"]

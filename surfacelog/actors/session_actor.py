@@ -20,7 +20,14 @@ from typing import Any, Final, TypeVar
 
 import ray
 
-from surfacelog.actors.coalesce import Outcome, Request, run_coalesced
+from surfacelog.actors.coalesce import (
+    Request,
+    WireOutcome,
+    WireRequest,
+    outcomes_to_wire,
+    requests_from_wire,
+    run_coalesced,
+)
 from surfacelog.actors.config import NAMESPACE, Durability, HostingConfig, Placement
 from surfacelog.actors.journal import JournalActor, JournalStore, journal_name
 from surfacelog.actors.live import RELOAD, LiveSession
@@ -343,18 +350,18 @@ class SessionActor:
             raise
         return True
 
-    async def call_many(self, requests: Sequence[Request]) -> list[Outcome]:
-        """Several requests of one client process in one call (``actors.coalesce``),
-        each answered with its own ``Outcome``: one session's requests are applied in
-        the order they came, different sessions' side by side, so that their writes
-        share one group commit. A request for a method not in ``COALESCED`` is refused
-        (its outcome is a ``ValueError``)."""
+    async def call_many(self, requests: Sequence[WireRequest]) -> list[WireOutcome]:
+        """Several requests of one client process in one call (``actors.coalesce``,
+        as plain tuples), each answered with its own outcome: one session's requests
+        are applied in the order they came, different sessions' side by side, so that
+        their writes share one group commit. A request for a method not in
+        ``COALESCED`` is refused (its outcome is a ``ValueError``)."""
         async def apply(request: Request) -> Any:
             if request.method not in COALESCED:
                 raise ValueError(f"{request.method!r} is not a request a coalesced call "
                                  "carries")
             return await getattr(self, request.method)(*request.args)
-        return await run_coalesced(requests, apply)
+        return outcomes_to_wire(await run_coalesced(requests_from_wire(requests), apply))
 
     async def actor_stats(self) -> ActorStats:
         rss, uss = _memory()

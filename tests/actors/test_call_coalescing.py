@@ -228,3 +228,26 @@ def test_any_interleaving_answers_each_request_and_keeps_each_keys_order(
         assert all(len(c) <= 4 for c in actor.calls)
 
     asyncio.run(scenario())
+
+
+def test_the_wire_form_keeps_requests_and_outcomes() -> None:
+    """What crosses Ray is plain tuples (fast to pickle); nothing is lost either way."""
+    import pickle
+
+    from surfacelog.actors.coalesce import (
+        outcomes_from_wire,
+        outcomes_to_wire,
+        requests_from_wire,
+        requests_to_wire,
+    )
+
+    requests = [req("a", 1), Request("events_wire", ("b", 0, None), "b", 9)]
+    wire = pickle.loads(pickle.dumps(requests_to_wire(requests)))
+    assert all(type(item) is tuple for item in wire)
+    back = requests_from_wire(wire)
+    assert [(r.method, r.args, r.key) for r in back] == \
+        [(r.method, r.args, r.key) for r in requests]
+    outcomes = [Outcome(value=b"reply"), Outcome(error=ValueError("no"))]
+    again = outcomes_from_wire(pickle.loads(pickle.dumps(outcomes_to_wire(outcomes))))
+    assert again[0] == Outcome(value=b"reply")
+    assert isinstance(again[1].error, ValueError) and str(again[1].error) == "no"
