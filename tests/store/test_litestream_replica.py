@@ -104,8 +104,9 @@ def test_shard_map_reads_replicas(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("field", "value", "rule"), [
-    ("replica", " ", "empty replica"), ("replica_sync_s", 0, "replica_sync_s"),
-    ("replica_sync_s", 7200, "replica_sync_s")])
+    ("replica", " ", r"replica = ' ' \(shard 's0'\): must name a directory"),
+    ("replica_sync_s", 0, r"replica_sync_s = 0 \(shard 's0'\): must be seconds in"),
+    ("replica_sync_s", 7200, "replica_sync_s = 7200")])
 def test_bad_replica_settings_are_refused(field: str, value: object, rule: str) -> None:
     with pytest.raises(ShardConfigError, match=rule):
         ShardMap((msgspec.structs.replace(Shard("s0", "/x.db"), **{field: value}),))
