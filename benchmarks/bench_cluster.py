@@ -67,6 +67,12 @@ from surfacelog.actors.config import (
     SESSION_RESOURCE,
     HostingConfig,
 )
+from surfacelog.actors.raycompat import (
+    RayCompatError,
+    auth_mode,
+    ensure_auth_token,
+    require_token_auth,
+)
 from surfacelog.cli.loadrun import cpu_by_process, cpu_spent
 from surfacelog.schema.codec import encode_json
 from surfacelog.session import AppendSpec
@@ -161,15 +167,10 @@ class Nodes:
 
         local_ray_on_loopback()
         try:
-            from ray._private.authentication.authentication_token_setup import (
-                ensure_token_if_auth_enabled,
-            )
-            from ray._raylet import AuthenticationMode, get_authentication_mode
-
-            ensure_token_if_auth_enabled(None, create_token_if_missing=True)
-            self.auth = "token" if get_authentication_mode() == AuthenticationMode.TOKEN \
-                else str(get_authentication_mode())
-        except ImportError as exc:  # an older Ray without token authentication
+            require_token_auth()
+            ensure_auth_token()
+            self.auth = auth_mode()
+        except RayCompatError as exc:  # an older Ray without token authentication
             self.auth = f"unavailable ({exc})"
         t0 = time.perf_counter()
         self.cluster = Cluster(initialize_head=True, head_node_args={

@@ -40,6 +40,7 @@ from surfacelog.actors.protocol import (
     encode_append,
     failure_line,
 )
+from surfacelog.actors.raycompat import set_cluster_switch
 from surfacelog.actors.replication import shard_writer_parts
 from surfacelog.actors.retry import Backoff, through_restarts
 from surfacelog.actors.session_actor import RemoteSessionActor
@@ -101,16 +102,16 @@ def local_ray_on_loopback() -> None:
     to loopback only when that IP is loopback. On Linux it takes the machine's outward
     IP unless its switch ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` says no cluster is being
     formed; that switch is read once, when ``ray`` is imported, so it is set both in the
-    environment (for the processes Ray spawns) and on the already imported constant.
+    environment (for the processes Ray spawns) and on the already imported constant
+    (``raycompat.set_cluster_switch``, which raises ``RayCompatError`` should a Ray
+    release drop it).
     ``tests/actors/test_local_ray_loopback.py`` checks every listening socket of the
     local Ray, so a Ray release that moves the switch fails there. Does nothing when the
     caller set it."""
     if "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" in os.environ:
         return
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    from ray._private import ray_constants
-
-    ray_constants.ENABLE_RAY_CLUSTER = False
+    set_cluster_switch(False)
 
 
 async def _shutdown_actor(name: str, actor: Any, timeout_s: float) -> list[str]:
