@@ -384,7 +384,7 @@ async def test_a_shard_writer_replicates_and_supervises(tmp_path: Path, writer: 
     plan = ReplicaPlan.of(shard)
     assert plan is not None
     try:
-        owner = client.journals["s0"]
+        owner = client.writers["s0"]
         acked: dict[str, list[tuple[str, object]]] = {}
         for k in range(3):
             handle = client.session(f"r{k}")
