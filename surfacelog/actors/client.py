@@ -348,9 +348,9 @@ class Client:
     async def passivate_all(self) -> list[str]:
         """Passivate (flush) every session of every actor this client has resolved,
         then flush the journals (an owner writer is among those actors). Returns the
-        write failures found, one line per session
-        (``session: error``); with buffered durability each means acknowledged events
-        that are not stored. Every session is passivated either way."""
+        write failures found, one line per session (``session: error``); with buffered
+        durability each means acknowledged events that are not stored. Every session
+        is passivated either way."""
         actors = dict(self._actors)
         if self.config.writer == "owner":
             # The writers are session actors: shutting one down flushes its file.

@@ -6,14 +6,15 @@
 what a journal answers (``WRITER_METHODS``). ``client.start_writer`` and
 ``Client.actor_on`` choose the class from ``HostingConfig.writer``.
 
-One class serves both placements. ``dedicated``: the actor is named by its session id
-and hosts that one session (the design card's shape); ``packed``: the actor is named by
-a shard number and hosts every session whose id hashes to it. Either way a session is
-activated on its first request (loaded from the store, crash-repaired), serves requests
-one mutation at a time, and passivates after ``idle_timeout_s`` without requests (a
-dedicated actor then exits, freeing its process). A crashed actor is restarted by Ray
-(``max_restarts``) and activates its sessions again through the same load path; the
-store's writer epoch fences whatever the previous incarnation still tries to write.
+``SessionActor`` serves both placements (an ``OwnerActor`` is packed). ``dedicated``:
+the actor is named by its session id and hosts that one session (the design card's
+shape); ``packed``: the actor is named by a shard number and hosts every session whose
+id hashes to it. Either way a session is activated on its first request (loaded from the
+store, crash-repaired), serves requests one mutation at a time, and passivates after
+``idle_timeout_s`` without requests (a dedicated actor then exits, freeing its process).
+A crashed actor is restarted by Ray (``max_restarts``) and activates its sessions again
+through the same load path; the store's writer epoch fences whatever the previous
+incarnation still tries to write.
 """
 
 from __future__ import annotations
