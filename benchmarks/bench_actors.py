@@ -216,7 +216,7 @@ def drop_host(host: Client) -> None:
     """Kill the host's actors and journal without flushing (benchmark data only)."""
     for actor in host._actors.values():
         ray.kill(actor, no_restart=True)
-    ray.kill(host.journal, no_restart=True)
+    ray.kill(host.writer, no_restart=True)
     host._actors.clear()
 
 
@@ -616,7 +616,7 @@ async def _journal_run(host: Client, ids: Sequence[str], rounds: int, step_event
     plans = {sid: [Batches(sid, step_events, config, start=1).next() for _ in range(rounds)]
              for sid in ids}
     await host.flush()
-    before = await host.journal_stats()
+    before = await host.writer_stats()
 
     async def drive(handle: Any, specs: list[list[AppendSpec]]) -> None:
         for batch in specs:
@@ -627,7 +627,7 @@ async def _journal_run(host: Client, ids: Sequence[str], rounds: int, step_event
     for h in handles:
         await h.flush()
     elapsed = time.perf_counter() - t0
-    after = await host.journal_stats()
+    after = await host.writer_stats()
     events = sum(sum(len(b) for b in p) for p in plans.values())
     return elapsed, before, after, events
 
@@ -714,7 +714,7 @@ async def bench_append_cpu(tmp: str, report: Report, n: int = 2000, block: int =
             actor = await host.actor(sid)
             pids = {"driver": os.getpid(), "session actor": await actor.pid.remote()}
             if writer == "journal":
-                pids["journal"] = await host.journal.pid.remote()
+                pids["journal"] = await host.writer.pid.remote()
             pids["no-op actor"] = await bare.pid.remote()
 
             async def noop(bare: Any = bare, request: bytes = request) -> None:

@@ -67,6 +67,12 @@ from surfacelog.actors.config import (
     SESSION_RESOURCE,
     HostingConfig,
 )
+from surfacelog.actors.raycompat import (
+    RayCompatError,
+    auth_mode,
+    ensure_auth_token,
+    require_token_auth,
+)
 from surfacelog.cli.loadrun import cpu_by_process, cpu_spent
 from surfacelog.schema.codec import encode_json
 from surfacelog.session import AppendSpec
@@ -161,15 +167,10 @@ class Nodes:
 
         local_ray_on_loopback()
         try:
-            from ray._private.authentication.authentication_token_setup import (
-                ensure_token_if_auth_enabled,
-            )
-            from ray._raylet import AuthenticationMode, get_authentication_mode
-
-            ensure_token_if_auth_enabled(None, create_token_if_missing=True)
-            self.auth = "token" if get_authentication_mode() == AuthenticationMode.TOKEN \
-                else str(get_authentication_mode())
-        except ImportError as exc:  # an older Ray without token authentication
+            require_token_auth()
+            ensure_auth_token()
+            self.auth = auth_mode()
+        except RayCompatError as exc:  # an older Ray without token authentication
             self.auth = f"unavailable ({exc})"
         t0 = time.perf_counter()
         self.cluster = Cluster(initialize_head=True, head_node_args={
@@ -232,7 +233,7 @@ def drop(client: Client) -> None:
     is durable and was acknowledged, so nothing is left to flush. (``shutdown``
     passivates sessions one at a time, each with a journal flush: for 100,000 sessions
     that outlasts the client's retry window.)"""
-    for actor in (*client._actors.values(), *client.journals.values()):
+    for actor in (*client._actors.values(), *client.writers.values()):
         ray.kill(actor, no_restart=True)
     client._actors.clear()
 
@@ -320,7 +321,7 @@ async def scale_run(folder: str, count: int, writer: str, sessions: int, turns: 
         warm: list[float] = []
         starts = await asyncio.gather(*(drive(client, sid, 1, chunks, 1, 0, warm)
                                         for sid in ids))
-        writers = [await w.pid.remote() for w in client.journals.values()]
+        writers = [await w.pid.remote() for w in client.writers.values()]
         actors = [s.pid for s in await client.actor_stats()]
         session_pids = [pid for pid in actors if pid not in writers]
         # The idle rate: what these processes spend per second with no request at all.
@@ -330,7 +331,7 @@ async def scale_run(folder: str, count: int, writer: str, sessions: int, turns: 
         span = time.perf_counter() - it
         idle = ((cpu_of(writers) - iw) / span, (cpu_of(session_pids) - isess) / span,
                 cpu_spent(i0, cpu_by_process()) / span)
-        commits0 = (await client.journal_stats())["commits"]
+        commits0 = (await client.writer_stats())["commits"]
         before = cpu_by_process()
         w0, s0 = cpu_of(writers), cpu_of(session_pids)
         latencies: list[float] = []
@@ -341,7 +342,7 @@ async def scale_run(folder: str, count: int, writer: str, sessions: int, turns: 
         w1, s1 = cpu_of(writers), cpu_of(session_pids)
         all_cpu = cpu_spent(before, cpu_by_process())
         events = sum(done)
-        commits = (await client.journal_stats())["commits"] - commits0
+        commits = (await client.writer_stats())["commits"] - commits0
         return ScaleRun(count, writer, events, elapsed, pct(latencies, 0.5),
                         pct(latencies, 0.99), w1 - w0, s1 - s0, all_cpu, commits, idle)
     finally:
@@ -436,7 +437,7 @@ async def bench_colocation(folder: str, nodes: Nodes, report: Report, n: int,
             await handle.append("turn/start", {"turn": 1}, expected_seq=0)
             seqs[side] = 1
             actor = await client.actor(sid)
-            journal = client.journal
+            journal = client.writer
             pids[side] = [os.getpid(), await actor.pid.remote(), await journal.pid.remote()]
             placed[side] = {"session_actor": await actor.node_id.remote(),
                             "journal": await journal.node_id.remote()}

@@ -49,9 +49,10 @@ from surfacelog.actors.protocol import (
     encode_append,
     failure_line,
 )
+from surfacelog.actors.raycompat import set_cluster_switch
 from surfacelog.actors.replication import shard_writer_parts
 from surfacelog.actors.retry import Backoff, through_restarts
-from surfacelog.actors.session_actor import RemoteSessionActor
+from surfacelog.actors.session_actor import RemoteOwnerActor, RemoteSessionActor
 from surfacelog.schema.events import (
     Event,
     ExtensionType,
@@ -114,16 +115,16 @@ def local_ray_on_loopback() -> None:
     to loopback only when that IP is loopback. On Linux it takes the machine's outward
     IP unless its switch ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` says no cluster is being
     formed; that switch is read once, when ``ray`` is imported, so it is set both in the
-    environment (for the processes Ray spawns) and on the already imported constant.
+    environment (for the processes Ray spawns) and on the already imported constant
+    (``raycompat.set_cluster_switch``, which raises ``RayCompatError`` should a Ray
+    release drop it).
     ``tests/actors/test_local_ray_loopback.py`` checks every listening socket of the
     local Ray, so a Ray release that moves the switch fails there. Does nothing when the
     caller set it."""
     if "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" in os.environ:
         return
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    from ray._private import ray_constants
-
-    ray_constants.ENABLE_RAY_CLUSTER = False
+    set_cluster_switch(False)
 
 
 async def _shutdown_actor(name: str, actor: Any, timeout_s: float) -> list[str]:
@@ -208,10 +209,12 @@ class Client:
     """A connection to the sessions of one deployment (its ``HostingConfig``: one or
     more shards) on a Ray cluster. Build it with ``connect``."""
 
-    def __init__(self, config: HostingConfig, journals: dict[str, Any]) -> None:
+    def __init__(self, config: HostingConfig, writers: dict[str, Any]) -> None:
         self.config = config
-        self.journals = journals
-        """Each shard's journal actor, by shard name."""
+        self.writers = writers
+        """Each shard's writer actor, by shard name: its ``JournalActor``
+        (``writer="journal"``) or its ``OwnerActor`` (``writer="owner"``, which also
+        hosts the shard's sessions). Both answer ``session_actor.WRITER_METHODS``."""
         self._actors: dict[str, Any] = {}
         self._homes: OrderedDict[str, Shard] = OrderedDict()
         """Where sessions were found (several shards only), least recently used first."""
@@ -236,12 +239,12 @@ class Client:
         return self.config.shards.shards[0].path
 
     @property
-    def journal(self) -> Any:
-        """The journal of a one-shard deployment. Raises ``ValueError`` when there are
-        several."""
-        if len(self.journals) != 1:
+    def writer(self) -> Any:
+        """The writer actor of a one-shard deployment (see ``writers``). Raises
+        ``ValueError`` when there are several."""
+        if len(self.writers) != 1:
             raise ValueError("this deployment has several shards: name one")
-        return next(iter(self.journals.values()))
+        return next(iter(self.writers.values()))
 
     # -- where a session lives -----------------------------------------------------------
 
@@ -293,16 +296,22 @@ class Client:
         return self.actor_on(await self.shard_of(session_id), session_id)
 
     def actor_on(self, shard: Shard, session_id: str) -> Any:
-        """Get or create the actor serving ``session_id`` on ``shard``."""
+        """Get or create the actor serving ``session_id`` on ``shard``: a
+        ``SessionActor``, or with ``writer="owner"`` the shard's ``OwnerActor``."""
         name = self.actor_name(shard, session_id)
         actor = self._actors.get(name)
         if actor is None:
-            actor = RemoteSessionActor.options(
-                name=name, namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
-                max_restarts=-1, max_task_retries=0, num_cpus=0,
-                max_concurrency=_MAX_CONCURRENCY,
-                resources=self.config.session_resources(shard),
-            ).remote(self.config, shard.name)
+            if self.config.writer == "owner":
+                # The shard's one session actor is its writer: got (or created again,
+                # should it have been stopped) exactly as ``connect`` started it.
+                actor = start_writer(self.config, shard)
+            else:
+                actor = RemoteSessionActor.options(
+                    name=name, namespace=NAMESPACE, get_if_exists=True,
+                    lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,
+                    max_concurrency=_MAX_CONCURRENCY,
+                    resources=self.config.session_resources(shard),
+                ).remote(self.config, shard.name)
             self._actors[name] = actor
         return actor
 
@@ -354,18 +363,18 @@ class Client:
         """Every stored session of every shard, ordered by id. Raises
         ``ShardUnavailable`` when a shard does not answer."""
         parts = await asyncio.gather(*(self._on_shard(name, "list_sessions")
-                                       for name in self.journals))
+                                       for name in self.writers))
         return sorted((info for part in parts for info in part), key=lambda i: i.id)
 
     async def _on_shard(self, name: str, method: str, *args: Any) -> Any:
-        """``method(*args)`` of shard ``name``'s journal, sent again while it restarts.
-        Raises ``ShardUnavailable`` when it does not answer within the retry window
-        (its node is lost: the journal waits for a node offering the shard's
-        resource)."""
-        journal = self.journals[name]
+        """``method(*args)`` of shard ``name``'s writer (one of ``WRITER_METHODS``), sent
+        again while it restarts. Raises ``ShardUnavailable`` when it does not answer
+        within the retry window (its node is lost: the writer waits for a node offering
+        the shard's resource)."""
+        writer = self.writers[name]
         try:
             return await within(through_restarts(
-                lambda _again: getattr(journal, method).remote(*args), self.retry_for_s),
+                lambda _again: getattr(writer, method).remote(*args), self.retry_for_s),
                 self.retry_for_s)
         except (RayActorError, asyncio.TimeoutError) as exc:
             raise ShardUnavailable(f"shard {name!r} did not answer {method} within "
@@ -376,10 +385,11 @@ class Client:
         it does not within the retry window."""
         await self._on_shard(name, "ready")
 
-    async def journal_stats(self) -> dict[str, Any]:
-        """The journals' commit counters, summed over the shards."""
+    async def writer_stats(self) -> dict[str, Any]:
+        """The writers' commit counters, summed over the shards. Raises
+        ``ShardUnavailable`` when a shard does not answer."""
         parts = await asyncio.gather(*(self._on_shard(name, "writer_stats")
-                                       for name in self.journals))
+                                       for name in self.writers))
         total: dict[str, Any] = {}
         for part in parts:
             for key, value in part.items():
@@ -393,25 +403,26 @@ class Client:
 
     async def passivate_all(self) -> list[str]:
         """Passivate (flush) every session of every actor this client has resolved,
-        then flush the journals. Returns the write failures found, one line per session
-        (``session: error``); with buffered durability each means acknowledged events
-        that are not stored. Every session is passivated either way."""
+        then flush the journals (an owner writer is among those actors). Returns the
+        write failures found, one line per session (``session: error``); with buffered
+        durability each means acknowledged events that are not stored. Every session
+        is passivated either way."""
         actors = dict(self._actors)
         if self.config.writer == "owner":
             # The writers are session actors: shutting one down flushes its file.
             for shard in self.config.shards.shards:
-                actors.setdefault(owner_name(self._keys[shard.name]), self.journals[shard.name])
+                actors.setdefault(owner_name(self._keys[shard.name]), self.writers[shard.name])
         found = await asyncio.gather(*(_shutdown_actor(name, actor, self.retry_for_s)
                                        for name, actor in actors.items()))
         failures = [line for lines in found for line in lines]
         if self.config.writer == "owner":
             return failures
-        for name, journal in self.journals.items():
+        for name, journal in self.writers.items():
             try:
                 await within(flush_journal(journal), self.retry_for_s)
             except (RayActorError, RayTaskError, asyncio.TimeoutError) as exc:
                 error = _unwrap(exc) if isinstance(exc, RayTaskError) else exc
-                subject = "(journal flush)" if len(self.journals) == 1 else \
+                subject = "(journal flush)" if len(self.writers) == 1 else \
                     f"(journal flush, shard {name})"
                 failures.append(failure_line(subject, error))
         return failures
@@ -424,7 +435,7 @@ class Client:
                              + "; ".join(failures[:5]))
 
     def shutdown(self) -> list[str]:
-        """Passivate (flush) and kill every actor this client resolved, and the journals.
+        """Passivate (flush) and kill every actor this client resolved, and the writers.
         Returns ``passivate_all``'s write failures (the actors are stopped regardless)."""
         failures: list[str] = []
 
@@ -438,29 +449,30 @@ class Client:
             # session actors): a writer's close stops its shard's Litestream after a
             # last sync, which a kill would cut short (Ray kills a worker's children
             # with it).
-            for journal in self.journals.values():
+            for writer in self.writers.values():
                 with contextlib.suppress(RayActorError, GetTimeoutError):
-                    ray.get(journal.close.remote(), timeout=self.retry_for_s)
+                    ray.get(writer.close.remote(), timeout=self.retry_for_s)
             for actor in self._actors.values():
                 ray.kill(actor, no_restart=True)
-            for journal in self.journals.values():
-                ray.kill(journal, no_restart=True)
+            for writer in self.writers.values():
+                ray.kill(writer, no_restart=True)
             self._actors.clear()
         return failures
 
 
 def owner_name(key: str) -> str:
-    """The name of the session actor that owns the shard whose key is ``key``
+    """The name of the ``OwnerActor`` of the shard whose key is ``key``
     (``HostingConfig.shard_key``)."""
     return f"owner:{key}"
 
 
 def start_writer(config: HostingConfig, shard: Shard) -> Any:
-    """Get or create ``shard``'s writer on the shard's node (its resource): its journal
-    actor, or (``writer="owner"``) the one session actor that hosts the shard's
-    sessions and owns its file."""
+    """Get or create ``shard``'s writer on the shard's node (its resource): its
+    ``JournalActor``, or (``writer="owner"``) its ``OwnerActor``, the one session actor
+    that hosts the shard's sessions and owns its file. Detached, restarted by Ray
+    without end, never retrying a task (the callers resend)."""
     if config.writer == "owner":
-        return RemoteSessionActor.options(
+        return RemoteOwnerActor.options(
             name=owner_name(config.shard_key(shard)), namespace=NAMESPACE, get_if_exists=True,
             lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,
             max_concurrency=_MAX_CONCURRENCY, resources=shard.pin,
@@ -485,8 +497,8 @@ def connect(address: str | None = None, db: str = "surfacelog.db", *,
             store_options: dict[str, Any] | None = None, writer: Writer = "journal",
             config: HostingConfig | None = None, ready_timeout_s: float = 30.0,
             **ray_init: Any) -> Client:
-    """Connect to (or start) Ray and the journals of the deployment; returns a
-    ``Client``.
+    """Connect to (or start) Ray and the writers of the deployment's shards (journals
+    or owner actors, as ``writer`` says); returns a ``Client``.
 
     The deployment is ``config``, or else one made of the other arguments: ``shards``
     (a ``ShardMap``; default one shard, the file ``db``), ``placement``, ``packs``,
@@ -505,12 +517,12 @@ def connect(address: str | None = None, db: str = "surfacelog.db", *,
             store_options=dict(store_options or {}), writer=writer)
     if not ray.is_initialized():
         init_ray(address, **ray_init)
-    journals = {shard.name: start_writer(config, shard) for shard in config.shards.shards}
+    writers = {shard.name: start_writer(config, shard) for shard in config.shards.shards}
     # A shard whose node is not up yet is not waited for: its sessions raise
     # ShardUnavailable until it is; nor is a writer that died or is restarting (a crash,
     # its node lost): Ray restarts it and requests to its sessions retry. A shard that
     # answers with an error fails the connect.
-    readiness = [journal.ready.remote() for journal in journals.values()]
+    readiness = [writer.ready.remote() for writer in writers.values()]
     answered, _ = ray.wait(readiness, num_returns=len(readiness), timeout=ready_timeout_s)
     for ref in answered:
         try:
@@ -518,10 +530,10 @@ def connect(address: str | None = None, db: str = "surfacelog.db", *,
         except RayActorError:
             continue
         except RayTaskError as exc:
-            for started in journals.values():
+            for started in writers.values():
                 ray.kill(started, no_restart=True)
             raise _unwrap(exc) from None
-    return Client(config, journals)
+    return Client(config, writers)
 
 
 class SessionHandle:
@@ -701,7 +713,7 @@ class SessionHandle:
         if stored:
             raise ForkError(SESSION_ALREADY_EXISTS, f"session {header.id!r} already exists")
         try:
-            await client.journals[shard.name].create_stored.remote(header, batch)
+            await client.writers[shard.name].create_stored.remote(header, batch)
         except RayTaskError as exc:
             error = _unwrap(exc)
             if isinstance(error, SessionExists):

@@ -16,7 +16,8 @@ The supervisor is a thread of the writer's process that owns the child process:
   previous incarnation's child finishing its last sync), so there is one replicator per
   file;
 - when the child exits while it should run, it is started again after a short pause
-  (0.5 s, doubling to 10 s while it keeps failing), and counted;
+  (0.5 s, doubling to 10 s while it keeps exiting within ``HEALTHY_S`` of its start:
+  the project's ``Backoff``), and counted;
 - ``stop`` (the writer closing) sends SIGTERM, which makes Litestream ship what it has
   not shipped yet, and SIGKILL after ``STOP_TIMEOUT_S``.
 """
@@ -38,6 +39,7 @@ from typing import Any, Final
 import msgspec
 import psutil
 
+from surfacelog.actors.retry import Backoff
 from surfacelog.store.backends import store_backend
 from surfacelog.store.base import EventStore
 from surfacelog.store.errors import StoreError
@@ -59,6 +61,8 @@ RESTART_DELAY_S: Final = 0.5
 exiting within ``HEALTHY_S``, up to ``MAX_RESTART_DELAY_S``)."""
 MAX_RESTART_DELAY_S: Final = 10.0
 HEALTHY_S: Final = 5.0
+"""A child that ran this long before it exited was healthy: its restart pause starts
+again from ``RESTART_DELAY_S``."""
 _PR_SET_PDEATHSIG: Final = 1
 
 
@@ -158,7 +162,7 @@ class LitestreamSupervisor:
                 preexec_fn=_pdeathsig(), close_fds=True)
 
     def _run(self, config: str) -> None:
-        delay = RESTART_DELAY_S
+        backoff = Backoff(first_s=RESTART_DELAY_S, max_s=MAX_RESTART_DELAY_S)
         while not self._stop.is_set():
             started = time.monotonic()
             try:
@@ -176,9 +180,11 @@ class LitestreamSupervisor:
                 self._restarts += 1
                 log.warning("shard %s: litestream exited with status %s; starting it again",
                             self.plan.shard, status)
-            delay = RESTART_DELAY_S if time.monotonic() - started > HEALTHY_S else \
-                min(delay * 2, MAX_RESTART_DELAY_S)
-            self._stop.wait(delay)
+            if time.monotonic() - started > HEALTHY_S:
+                backoff.reset()
+            # On the stop event, not asyncio's sleep: this is the supervisor's own
+            # thread, and ``stop`` must end the pause at once.
+            self._stop.wait(backoff.next_delay())
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S, *, final_sync: bool = True) -> None:
         """Stop supervising and end the child: SIGTERM (Litestream then ships what it

@@ -1,13 +1,20 @@
 """The session actor: a Ray async actor hosting ``LiveSession``s.
 
-One class serves both placements. ``dedicated``: the actor is named by its session id
-and hosts that one session (the design card's shape); ``packed``: the actor is named by
-a shard number and hosts every session whose id hashes to it. Either way a session is
-activated on its first request (loaded from the store, crash-repaired), serves requests
-one mutation at a time, and passivates after ``idle_timeout_s`` without requests (a
-dedicated actor then exits, freeing its process). A crashed actor is restarted by Ray
-(``max_restarts``) and activates its sessions again through the same load path; the
-store's writer epoch fences whatever the previous incarnation still tries to write.
+``SessionActor`` reaches its shard's file through the shard's journal actor
+(``writer="journal"``); its subclass ``OwnerActor`` is the shard's writer itself
+(``writer="owner"``): it runs the journal's code in its own process and also answers
+what a journal answers (``WRITER_METHODS``). ``client.start_writer`` and
+``Client.actor_on`` choose the class from ``HostingConfig.writer``.
+
+``SessionActor`` serves both placements (an ``OwnerActor`` is packed). ``dedicated``:
+the actor is named by its session id and hosts that one session (the design card's
+shape); ``packed``: the actor is named by a shard number and hosts every session whose
+id hashes to it. Either way a session is activated on its first request (loaded from the
+store, crash-repaired), serves requests one mutation at a time, and passivates after
+``idle_timeout_s`` without requests (a dedicated actor then exits, freeing its process).
+A crashed actor is restarted by Ray (``max_restarts``) and activates its sessions again
+through the same load path; the store's writer epoch fences whatever the previous
+incarnation still tries to write.
 """
 
 from __future__ import annotations
@@ -73,23 +80,14 @@ def _memory() -> tuple[int, int | None]:
 
 
 class SessionActor:
-    """Hosts sessions of one shard of ``config``; every method names its session
-    first."""
+    """Hosts sessions of one shard of ``config`` (``writer="journal"``), writing through
+    the shard's journal actor; every method names its session first."""
 
     def __init__(self, config: HostingConfig, shard: str) -> None:
-        path = config.shards.get(shard).path
-        self._owner: JournalActor | None = None
-        self._store: EventStore
+        """Raises ``ValueError`` when ``config`` is not this class's writer (an owner
+        shard's sessions are hosted by an ``OwnerActor``), and Ray's ``ValueError``
+        when the shard's journal is not running (``start_writer`` starts it)."""
         self._metrics = Recorder(config.placement, config.writer, shard)
-        if config.writer == "owner":
-            # This actor is the shard's one writer: the journal's code runs in-process,
-            # and an append commits without a second Ray call.
-            opener, plan = shard_writer_parts(config.shards.get(shard),
-                                              config.store_options)
-            self._owner = JournalActor(opener, self._metrics, plan)
-        else:
-            journal = ray.get_actor(journal_name(path), namespace=NAMESPACE)
-            self._store = JournalStore(journal, metrics=self._metrics)
         self._placement: Placement = config.placement
         self._durability: Durability = config.durability
         self._idle_timeout_s = config.idle_timeout_s
@@ -100,41 +98,21 @@ class SessionActor:
         self._activations = 0
         self._passivations = 0
         self._failed_passivations: list[str] = []
+        self._attach(config, shard)
+
+    def _attach(self, config: HostingConfig, shard: str) -> None:
+        """Reach the shard's writer: its journal actor (``OwnerActor`` overrides this
+        to be the writer). Raises ``ValueError`` for another writer."""
+        if config.writer != "journal":
+            raise ValueError(f"writer {config.writer!r}: the shard's sessions are hosted "
+                             f"by its OwnerActor (start_writer), not a SessionActor")
+        journal = ray.get_actor(journal_name(config.shards.get(shard).path),
+                                namespace=NAMESPACE)
+        self._journal = JournalStore(journal, metrics=self._metrics)
 
     async def _get_store(self) -> EventStore:
-        if self._owner is not None:
-            return await self._owner.backend()
-        return self._store
-
-    # -- the shard's writer (``writer="owner"``): what a journal answers ---------------
-
-    def _owned(self) -> JournalActor:
-        if self._owner is None:
-            raise SessionUnavailable("this session actor does not own its shard's file "
-                                     "(writer 'journal'): ask the journal")
-        return self._owner
-
-    async def ready(self) -> None:
-        """Open the shard's file (bump-and-reject happens here)."""
-        await self._owned().ready()
-
-    async def holds(self, session_id: str) -> bool:
-        return await self._owned().holds(session_id)
-
-    async def list_sessions(self) -> list[SessionInfo]:
-        return await self._owned().list_sessions()
-
-    async def create_stored(self, header: SessionHeader, batch: BatchPayload) -> int:
-        return await self._owned().create_stored(header, batch)
-
-    async def writer_stats(self) -> dict[str, Any]:
-        return await self._owned().stats()
-
-    async def close(self) -> None:
-        await self._owned().close()
-
-    async def replica_status(self) -> ReplicaStatus | None:
-        return await self._owned().replica_status()
+        """The store this actor's sessions are activated from and write to."""
+        return self._journal
 
     # -- activation ------------------------------------------------------------------
 
@@ -394,7 +372,67 @@ COALESCED: Final = frozenset({
 """The session requests (each naming its session first) that ``call_many`` applies: the
 methods ``SessionHandle`` calls."""
 
+
+WRITER_METHODS: Final = ("ready", "holds", "list_sessions", "create_stored",
+                         "writer_stats", "close", "replica_status")
+"""What a shard's writer answers, a ``JournalActor`` or an ``OwnerActor`` alike
+(``Client`` calls them by name on ``Client.writers``); a ``SessionActor`` has none."""
+
+
+class OwnerActor(SessionActor):
+    """The shard's one writer with ``writer="owner"`` (named ``owner:<key>``): hosts
+    every session of the shard, as a packed ``SessionActor`` does, and owns the shard's
+    file itself, the journal's code (``JournalActor``) running in this process, so an
+    append commits without a second Ray call. Also answers what a journal answers
+    (``WRITER_METHODS``), and supervises the shard's Litestream when it has a replica."""
+
+    def _attach(self, config: HostingConfig, shard: str) -> None:
+        """Become the shard's writer (the file is opened on first use). Raises
+        ``ValueError`` for another writer, ``ReplicaError`` for a replica on a shard
+        that is not a SQLite file."""
+        if config.writer != "owner":
+            raise ValueError(f"writer {config.writer!r}: an OwnerActor is the shard's "
+                             f"writer only with writer 'owner'")
+        opener, plan = shard_writer_parts(config.shards.get(shard), config.store_options)
+        self._writer = JournalActor(opener, self._metrics, plan)
+
+    async def _get_store(self) -> EventStore:
+        return await self._writer.backend()
+
+    # -- what a journal answers ------------------------------------------------------
+
+    async def ready(self) -> None:
+        """Open the shard's file (bump-and-reject happens here)."""
+        await self._writer.ready()
+
+    async def holds(self, session_id: str) -> bool:
+        """True when ``session_id`` is stored in the shard (``JournalActor.holds``)."""
+        return await self._writer.holds(session_id)
+
+    async def list_sessions(self) -> list[SessionInfo]:
+        """Every session stored in the shard."""
+        return await self._writer.list_sessions()
+
+    async def create_stored(self, header: SessionHeader, batch: BatchPayload) -> int:
+        """Store a new session from its rows (a fork's child); its writer epoch. Raises
+        ``SessionExists``."""
+        return await self._writer.create_stored(header, batch)
+
+    async def writer_stats(self) -> dict[str, Any]:
+        """The shard's commit counters (``JournalActor.stats``)."""
+        return await self._writer.stats()
+
+    async def close(self) -> None:
+        """Close the shard's file, then stop its Litestream after a last sync."""
+        await self._writer.close()
+
+    async def replica_status(self) -> ReplicaStatus | None:
+        """The shard's Litestream process (``None``: no replica, or not opened yet)."""
+        return await self._writer.replica_status()
+
+
 RemoteSessionActor: Any = ray.remote(SessionActor)
+RemoteOwnerActor: Any = ray.remote(OwnerActor)
 
 
 def _header(live: LiveSession) -> SessionHeader:

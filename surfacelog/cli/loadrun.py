@@ -262,7 +262,7 @@ async def run_workload(cfg: RunConfig,
             _prober(client, ids), done, node_kills))
     elif cluster is not None and cfg.kill_disk_every_s > 0:
         node_chaos_task = asyncio.ensure_future(disk_chaos(
-            cluster, dict(client.journals), cfg.kill_disk_every_s, cfg.node_down_s,
+            cluster, dict(client.writers), cfg.kill_disk_every_s, cfg.node_down_s,
             cfg.seed, _prober(client, ids), done, node_kills))
     shares = [ids[k::n_drivers] for k in range(n_drivers)]
     cstats, pstats = CompactorStats(), CompactorStats()
@@ -299,7 +299,7 @@ async def run_workload(cfg: RunConfig,
             # mismatch.
             write_failures = await flush_sessions(client, ids)
             live = await live_digests(client, ids)
-            journal = await client.journal_stats()
+            journal = await client.writer_stats()
             write_failures += await client.passivate_all()
             loop = asyncio.get_running_loop()
             if shard_map_file is None:
@@ -463,8 +463,8 @@ async def _chaos(client: Client, ids: list[str], cfg: RunConfig, done: asyncio.E
         if done.is_set():
             return kills
         if cfg.kill_journal and (kills + 1) % 2 == 0:
-            names = sorted(client.journals)
-            victim = client.journals[names[0] if len(names) == 1 else rng.choice(names)]
+            names = sorted(client.writers)
+            victim = client.writers[names[0] if len(names) == 1 else rng.choice(names)]
         else:
             victim = await client.actor(rng.choice(ids))
         kill_times.append(round(time.time() - started, 3))

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import os
 import random
 import shutil
@@ -35,6 +34,13 @@ import msgspec
 from ray.exceptions import RayError
 
 from surfacelog.actors.client import local_ray_on_loopback
+from surfacelog.actors.raycompat import (
+    RayCompatError,
+    auth_mode,
+    ensure_auth_token,
+    reload_ray_config,
+    require_token_auth,
+)
 from surfacelog.cli.runmodel import NodeKill
 from surfacelog.store.shardmap import Shard, ShardMap, default_resource
 
@@ -117,21 +123,15 @@ def _token_auth_on() -> str:
     the mode in force (``token`` expected). Ray reads the mode when it is imported, and
     only ``ray.init`` turns it on by default: a ``Cluster`` started by hand would run
     without it."""
-    # ray._raylet is compiled: its names are looked up, as no stubs declare them.
-    raylet = importlib.import_module("ray._raylet")
     try:
-        from ray._private.authentication.authentication_token_setup import (
-            ensure_token_if_auth_enabled,
-        )
-        mode_of, token_mode = raylet.get_authentication_mode, raylet.AuthenticationMode.TOKEN
-    except (ImportError, AttributeError) as exc:  # an older Ray without token auth
+        require_token_auth()
+    except RayCompatError as exc:  # an older Ray without token auth
         return f"unavailable ({exc})"
     if "RAY_AUTH_MODE" not in os.environ:
         os.environ["RAY_AUTH_MODE"] = "token"
-        raylet.Config.initialize("")  # re-read the mode in this already running process
-    ensure_token_if_auth_enabled(None, create_token_if_missing=True)
-    mode = mode_of()
-    return "token" if mode == token_mode else str(mode)
+        reload_ray_config()  # re-read the mode in this already running process
+    ensure_auth_token()
+    return auth_mode()
 
 
 class LocalCluster:

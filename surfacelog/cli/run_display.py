@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from surfacelog.actors.client import init_ray
+from surfacelog.actors.raycompat import gcs_server_pid, kill_local_ray_processes
 from surfacelog.cli.loadrun import run_workload
 from surfacelog.cli.localcluster import LocalCluster, make_shard_map, write_shard_map
 from surfacelog.cli.outputs import OutputError
@@ -71,14 +72,10 @@ class GcsWatch:
     def start(cls, db: str) -> GcsWatch | None:
         """Watch the GCS of the Ray started in this process (``None`` when there is
         none here: a joined cluster's GCS is another machine's)."""
-        from ray._private import ray_constants
-        from ray._private import worker as ray_worker
-
-        node: Any = ray_worker._global_node
-        procs = getattr(node, "all_processes", {}).get(ray_constants.PROCESS_TYPE_GCS_SERVER)
-        if not procs:
+        pid = gcs_server_pid()
+        if pid is None:
             return None
-        watch = cls(procs[0].process.pid, db)
+        watch = cls(pid, db)
         watch._thread.start()
         return watch
 
@@ -102,11 +99,8 @@ class GcsWatch:
                              f"cannot complete (every acknowledged durable event is in "
                              f"{self.db}; not verified)\n")
             sys.stderr.flush()
-            from ray._private import worker as ray_worker
-
-            node: Any = ray_worker._global_node
             try:
-                node.kill_all_processes(check_alive=False, allow_graceful=False)
+                kill_local_ray_processes()
             except Exception as exc:  # reported; the exit below happens regardless
                 sys.stderr.write(f"run: stopping Ray's processes: {_one_line(exc)}\n")
             os._exit(EXIT_FAILED)

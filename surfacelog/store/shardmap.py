@@ -22,9 +22,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from typing import Annotated, Any, Final
 
 import msgspec
 
@@ -39,30 +38,50 @@ RESOURCE_PREFIX: Final = "surfacelog_shard_"
 MAX_SHARD_CONFIG_BYTES: Final = 1 << 20
 """A shard configuration file larger than this is refused unread."""
 
-_NAME: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
-
 
 class ShardConfigError(ValueError, SurfacelogError):
-    """A shard configuration is malformed: names the file, the shard and the rule."""
+    """A shard configuration is malformed: names the file, the JSON path of the bad field
+    (``$.shards[1].path``), its value, the shard and the rule."""
+
+
+# The rules of each field, checked by msgspec when a configuration is decoded (and by
+# ``ShardMap`` when built in Python). Each ``description`` is the rule as the error
+# states it (see ``_refusal``), and appears in ``msgspec.json.schema(ShardMap)``.
+# ``\Z``, not ``$``: ``$`` would also accept a name that ends in a newline.
+ShardName = Annotated[str, msgspec.Meta(
+    pattern=r"^[a-z0-9][a-z0-9_-]{0,31}\Z",
+    description="must be 1-32 of a-z, 0-9, '-', '_', starting with a letter or digit")]
+ShardPath = Annotated[str, msgspec.Meta(
+    min_length=1, description="must name the shard's SQLite file (not empty)")]
+ShardResource = Annotated[str, msgspec.Meta(
+    min_length=1, description="must name a Ray custom resource (not empty; leave it out "
+                              "for no pinning)")]
+Generation = Annotated[int, msgspec.Meta(
+    ge=0, description="must be a configuration generation, 0 or more")]
+ReplicaTarget = Annotated[str, msgspec.Meta(
+    pattern=r"\S", description="must name a directory or an object-store URL (not blank)")]
+SyncInterval = Annotated[float, msgspec.Meta(
+    gt=0, le=3600, description="must be seconds in (0, 3600]")]
 
 
 class Shard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One shard: a name (lowercase letters, digits, ``-`` and ``_``, at most 32), the
     path of its SQLite file on the node that holds it, and the Ray custom resource that
-    pins its writer there (``None``: no pinning, for one-node deployments)."""
+    pins its writer there (``None``: no pinning, for one-node deployments). Its fields'
+    rules are checked when a ``ShardMap`` holding it is built or decoded, not here."""
 
-    name: str
-    path: str
-    resource: str | None = None
-    added: int = 0
+    name: ShardName
+    path: ShardPath
+    resource: ShardResource | None = None
+    added: Generation = 0
     """The generation of the configuration that introduced this shard (0: from the
     start). Give every shard added later a higher number than all before it."""
-    replica: str | None = None
+    replica: ReplicaTarget | None = None
     """Where Litestream replicates this shard's file (``None``: nowhere): a directory
     (local and test use; a relative one is taken from the configuration file's folder)
     or an object-store URL such as ``s3://bucket/shards/s0`` (see
     ``surfacelog.store.replica``)."""
-    replica_sync_s: float = 1.0
+    replica_sync_s: SyncInterval = 1.0
     """How often Litestream ships the shard's new WAL frames to the replica: the bound,
     under load, of what a lost disk loses (its ``sync-interval``)."""
 
@@ -73,13 +92,22 @@ class Shard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return {} if self.resource is None else {self.resource: 0.001}
 
 
-class ShardMap(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """The shards of a deployment, in configuration order."""
+Shards = Annotated[tuple[Shard, ...], msgspec.Meta(
+    min_length=1, description="must list at least one shard")]
 
-    shards: tuple[Shard, ...]
+
+class ShardMap(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The shards of a deployment, in configuration order. Building one checks every
+    field's rule and that no two shards share a name or a path; raises
+    ``ShardConfigError`` (``shard map: $.shards[0].name = 'A': ...``)."""
+
+    shards: Shards
 
     def __post_init__(self) -> None:
-        _check(self.shards, "shard map")
+        # Decoding has already checked the fields' rules; a map built in Python has not
+        # (msgspec checks constraints only when it decodes or converts), so they are
+        # checked again here, at the cost of one conversion of a few small structs.
+        _validate(self.shards, _IN_CODE)
 
     @classmethod
     def single(cls, path: str | os.PathLike[str] = "surfacelog.db") -> ShardMap:
@@ -124,34 +152,123 @@ def _score(shard: str, session_id: str) -> int:
     return int.from_bytes(digest, "big")
 
 
-def _check(shards: Sequence[Shard], where: str) -> None:
-    if not shards:
-        raise ShardConfigError(f"{where}: no shards")
-    seen_names: set[str] = set()
-    seen_paths: set[str] = set()
-    for shard in shards:
-        if not _NAME.fullmatch(shard.name):
+_IN_CODE: Final = "shard map"
+"""What a ``ShardConfigError`` of a map built in Python names instead of a file."""
+
+_AT: Final = re.compile(r"(?P<detail>.*) - at `(?P<path>\$[^`]*)`", re.DOTALL)
+"""A ``msgspec.ValidationError`` message: what is wrong, then where (a JSON path).
+msgspec gives the path only in the message; should its wording change, the error still
+says the whole message, only without the value and the shard (the tests then fail)."""
+_STEP: Final = re.compile(r"\.(\w+)|\[(\d+)\]")
+_CONSTRAINT: Final = re.compile(r"Expected `\w+` (matching|of length|[<>]=?)")
+"""msgspec's wording of a value of the right type that breaks a field's ``Meta``: the
+field's own rule says it better."""
+_SHOWN: Final = 80
+"""The longest value an error quotes (longer ones are cut)."""
+
+
+def _rules() -> dict[str, str]:
+    """Each field's rule (its ``Meta`` description), by field name (the fields of
+    ``Shard`` and ``ShardMap`` have distinct names)."""
+    rules: dict[str, str] = {}
+    for struct in (Shard, ShardMap):
+        info = msgspec.inspect.type_info(struct)
+        assert isinstance(info, msgspec.inspect.StructType)
+        for field in info.fields:
+            kinds = field.type.types if isinstance(field.type, msgspec.inspect.UnionType) \
+                else (field.type,)
+            for kind in kinds:
+                if isinstance(kind, msgspec.inspect.Metadata) and kind.extra_json_schema:
+                    rules[field.name] = str(kind.extra_json_schema["description"])
+    return rules
+
+
+_RULES: Final = _rules()
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
+
+
+_MISSING: Final = object()
+
+
+def _lookup(doc: Any, steps: list[str | int]) -> Any:
+    """What ``doc`` holds at the JSON path ``steps``, else ``_MISSING``."""
+    node = doc
+    for step in steps:
+        in_list = isinstance(step, int) and isinstance(node, (list, tuple)) \
+            and step < len(node)
+        in_object = isinstance(step, str) and isinstance(node, dict) and step in node
+        held = in_list or in_object
+        if not held:
+            return _MISSING
+        node = node[step]
+    return node
+
+
+def _refusal(where: str, exc: msgspec.ValidationError, doc: Any,
+             root: str = "$") -> ShardConfigError:
+    """``exc`` (raised decoding or converting ``doc``, the configuration as plain JSON
+    values) as a ``ShardConfigError`` that says ``where`` (the file), the JSON path of
+    the bad field, its value, the shard it belongs to and the field's rule. ``root``:
+    the path, in the whole configuration, of what was converted (``$.shards`` when only
+    the list was)."""
+    text = str(exc)
+    at = _AT.fullmatch(text)
+    detail, path = (at["detail"], at["path"]) if at else (text, "$")
+    path = root + path[1:]
+    steps: list[str | int] = [name or int(index) for name, index in _STEP.findall(path)]
+    field = steps[-1] if steps and isinstance(steps[-1], str) else None
+    bad = _lookup(doc, steps)
+    value = f" = {_shown(bad)}" if field is not None and bad is not _MISSING else ""
+    shard = ""
+    if len(steps) >= 2 and steps[0] == "shards" and (len(steps) == 2 or steps[2] != "name"):
+        name = _lookup(doc, [*steps[:2], "name"])
+        if isinstance(name, str):
+            shard = f" (shard {_shown(name)})"
+    rule = _RULES.get(field) if field is not None else None
+    if rule is None:
+        reason = detail
+    elif _CONSTRAINT.match(detail):
+        reason = rule
+    else:
+        reason = f"{detail}; {field} {rule}"
+    return ShardConfigError(f"{where}: {path}{value}{shard}: {reason}")
+
+
+def _validate(shards: tuple[Shard, ...], where: str) -> None:
+    """Check ``shards`` as a configuration's ``shards`` list: every field's rule (by
+    converting them as msgspec decodes them), then the rules msgspec cannot state
+    (names and paths unique). Raises ``ShardConfigError`` naming ``where``."""
+    doc = list(msgspec.to_builtins(shards))  # as decoded JSON would be: a list
+    try:
+        msgspec.convert(doc, Shards)
+    except msgspec.ValidationError as exc:
+        raise _refusal(where, exc, {"shards": doc}, root="$.shards") from None
+    names: dict[str, int] = {}
+    paths: dict[str, int] = {}
+    for k, shard in enumerate(shards):
+        first = names.setdefault(shard.name, k)
+        if first != k:
             raise ShardConfigError(
-                f"{where}: shard name {shard.name!r} must be 1-32 of a-z, 0-9, '-', '_'"
-                " starting with a letter or digit")
-        if shard.name in seen_names:
-            raise ShardConfigError(f"{where}: shard {shard.name!r} is listed twice")
-        if not shard.path:
-            raise ShardConfigError(f"{where}: shard {shard.name!r} has an empty path")
-        if shard.path in seen_paths:
-            raise ShardConfigError(f"{where}: shard {shard.name!r} shares its path "
-                                   f"{shard.path!r} with another shard")
-        if shard.resource is not None and not shard.resource:
-            raise ShardConfigError(f"{where}: shard {shard.name!r} has an empty resource")
-        if shard.added < 0:
-            raise ShardConfigError(f"{where}: shard {shard.name!r} has a negative 'added'")
-        if shard.replica is not None and not shard.replica.strip():
-            raise ShardConfigError(f"{where}: shard {shard.name!r} has an empty replica")
-        if not 0 < shard.replica_sync_s <= 3600:
-            raise ShardConfigError(f"{where}: shard {shard.name!r}: replica_sync_s must be "
-                                   f"in (0, 3600], got {shard.replica_sync_s}")
-        seen_names.add(shard.name)
-        seen_paths.add(shard.path)
+                f"{where}: $.shards[{k}].name = {_shown(shard.name)}: shard "
+                f"{_shown(shard.name)} is listed twice (first at $.shards[{first}])")
+        first = paths.setdefault(shard.path, k)
+        if first != k:
+            raise ShardConfigError(
+                f"{where}: $.shards[{k}].path = {_shown(shard.path)} (shard "
+                f"{_shown(shard.name)}): shares its path with shard "
+                f"{_shown(shards[first].name)} ($.shards[{first}])")
+
+
+def _in_file(file: Path, exc: ShardConfigError) -> ShardConfigError:
+    """``exc``, raised by ``ShardMap`` (``shard map: ...``), as the error of ``file``."""
+    text = str(exc)
+    if text.startswith(_IN_CODE + ": "):
+        text = text[len(_IN_CODE) + 2:]
+    return ShardConfigError(f"{file}: {text}")
 
 
 def default_resource(name: str) -> str:
@@ -164,7 +281,8 @@ def load_shard_map(path: str | os.PathLike[str]) -> ShardMap:
     "resource": ...}, ...]}`` (JSON). Relative paths are taken from the file's folder.
     A ``replica`` that is a relative directory is taken from the file's folder too (a
     URL, ``scheme://...``, is kept as it is). Raises ``ShardConfigError`` naming the file
-    and what is wrong, ``OSError`` when it cannot be read."""
+    and what is wrong (the JSON path of a bad field, its value, its shard and its rule),
+    ``OSError`` when it cannot be read."""
     file = Path(path)
     with file.open("rb") as f:
         raw = f.read(MAX_SHARD_CONFIG_BYTES + 1)
@@ -172,22 +290,26 @@ def load_shard_map(path: str | os.PathLike[str]) -> ShardMap:
         raise ShardConfigError(f"{file}: larger than {MAX_SHARD_CONFIG_BYTES} bytes")
     try:
         loaded = msgspec.json.decode(raw, type=ShardMap)
-    except msgspec.ValidationError as exc:
-        raise ShardConfigError(f"{file}: {exc}") from exc
+    except msgspec.ValidationError as exc:  # before DecodeError: it is one
+        if isinstance(exc.__cause__, ShardConfigError):  # raised by ShardMap's checks
+            raise _in_file(file, exc.__cause__) from None
+        raise _refusal(str(file), exc, msgspec.json.decode(raw)) from None
     except msgspec.DecodeError as exc:
         raise ShardConfigError(f"{file}: not JSON: {exc}") from exc
-    except ShardConfigError as exc:
-        raise ShardConfigError(f"{file}: {exc}") from exc
     base = file.parent
 
     def resolve(where: str) -> str:
         return str(where if os.path.isabs(where) else (base / where).resolve())
 
-    return ShardMap(tuple(
-        Shard(s.name, resolve(s.path), s.resource, s.added,
-              s.replica if s.replica is None or is_url(s.replica) else resolve(s.replica),
-              s.replica_sync_s)
-        for s in loaded.shards))
+    try:
+        # Two relative paths may resolve to one file: checked again once resolved.
+        return ShardMap(tuple(
+            Shard(s.name, resolve(s.path), s.resource, s.added,
+                  s.replica if s.replica is None or is_url(s.replica) else resolve(s.replica),
+                  s.replica_sync_s)
+            for s in loaded.shards))
+    except ShardConfigError as exc:
+        raise _in_file(file, exc) from None
 
 
 _URL: Final = re.compile(r"[a-z][a-z0-9+.-]*://")

@@ -13,9 +13,15 @@ from surfacelog.actors.client import Client, connect
 from surfacelog.actors.compactor import RemoteCompactor
 from surfacelog.actors.config import HostingConfig
 from surfacelog.actors.driver import DriverProgress, RemoteDriver, SessionDriver
+from surfacelog.actors.journal import JournalActor
 from surfacelog.actors.protocol import Conflict
 from surfacelog.actors.script import AgentScript, ScriptConfig
-from surfacelog.actors.session_actor import RemoteSessionActor
+from surfacelog.actors.session_actor import (
+    WRITER_METHODS,
+    OwnerActor,
+    RemoteSessionActor,
+    SessionActor,
+)
 from surfacelog.cli.loadrun import compare, live_digests, replay_digests
 from surfacelog.schema.errors import SurfaceError
 from surfacelog.schema.events import Event
@@ -222,3 +228,43 @@ async def test_stale_incarnation_is_fenced(tmp_path: Path) -> None:
         ray.kill(other)
     finally:
         host.shutdown()
+
+
+def test_the_writer_role_is_its_own_class() -> None:
+    """A journal-mode session actor has no writer methods at all; the owner and the
+    journal answer the same ones (``Client`` calls them by name)."""
+    for method in WRITER_METHODS:
+        assert not hasattr(SessionActor, method), method
+        assert callable(getattr(OwnerActor, method)), method
+        assert callable(getattr(JournalActor, method)), method
+
+
+def test_each_class_refuses_the_other_writer(tmp_path: Path) -> None:
+    db = str(tmp_path / "x.db")
+    with pytest.raises(ValueError, match="OwnerActor"):
+        SessionActor(HostingConfig.single(db, placement="packed", writer="owner"), "default")
+    with pytest.raises(ValueError, match="only with writer 'owner'"):
+        OwnerActor(HostingConfig.single(db, placement="packed"), "default")
+
+
+async def test_the_owner_is_its_shards_writer_and_a_session_actor_is_not(
+        tmp_path: Path) -> None:
+    (tmp_path / "journal").mkdir()
+    (tmp_path / "owner").mkdir()
+    journal_host = make_host(tmp_path / "journal", "packed")
+    owner_host = make_host(tmp_path / "owner", "owner")
+    try:
+        for host in (journal_host, owner_host):
+            await host.session("w").append("turn/start", {"turn": 1})
+            assert await host.writer.holds.remote("w")
+            assert not await host.writer.holds.remote("nobody")
+            assert [info.id for info in await host.list_sessions()] == ["w"]
+            assert (await host.writer_stats())["commits"] >= 1
+        with pytest.raises(AttributeError):
+            (await journal_host.actor("w")).holds  # noqa: B018 - no such method
+        owner = await owner_host.actor("w")
+        assert await owner.pid.remote() == await owner_host.writer.pid.remote()
+        assert await owner.replica_status.remote() is None
+    finally:
+        journal_host.shutdown()
+        owner_host.shutdown()

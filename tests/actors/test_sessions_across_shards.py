@@ -38,9 +38,16 @@ async def stored_ids(path: str) -> set[str]:
         await store.close()
 
 
-async def test_each_session_is_stored_on_its_home_shard_only(tmp_path: Path) -> None:
+WRITERS = ["journal", "owner"]
+"""Each shard's writer: a journal actor, or the owner actor that also hosts its
+sessions (both answer ``holds``, ``list_sessions``, ``create_stored``...)."""
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+async def test_each_session_is_stored_on_its_home_shard_only(tmp_path: Path,
+                                                             writer: str) -> None:
     shards = shard_map(tmp_path, "a", "b", "c")
-    c = client(shards)
+    c = client(shards, writer=writer)
     ids = [f"s{k}" for k in range(24)]
     try:
         await asyncio.gather(*(c.session(i).append("turn/start", {"turn": 1}) for i in ids))
@@ -54,12 +61,14 @@ async def test_each_session_is_stored_on_its_home_shard_only(tmp_path: Path) -> 
     assert len({shards.home(i).name for i in ids}) == 3  # the test exercises all three
 
 
-async def test_a_shard_added_later_keeps_old_sessions_where_they_are(tmp_path: Path) -> None:
+@pytest.mark.parametrize("writer", WRITERS)
+async def test_a_shard_added_later_keeps_old_sessions_where_they_are(tmp_path: Path,
+                                                                    writer: str) -> None:
     two = shard_map(tmp_path, "a", "b")
     three = shard_map(tmp_path, "a", "b", "c", added={"c": 1})
     # Sessions that the new shard wins, created while it did not exist.
     movers = [i for i in (f"m{k}" for k in range(200)) if three.home(i).name == "c"][:5]
-    c = client(two)
+    c = client(two, writer=writer)
     try:
         for sid in movers:
             await c.session(sid).append("turn/start", {"turn": 1})
@@ -67,7 +76,7 @@ async def test_a_shard_added_later_keeps_old_sessions_where_they_are(tmp_path: P
                                                      "reason": {"kind": "completed"}})
     finally:
         c.shutdown()
-    c = client(three)
+    c = client(three, writer=writer)
     try:
         for sid in movers:
             # Found where it is (reopened: its two events, then the seed marker), not
@@ -85,11 +94,13 @@ async def test_a_shard_added_later_keeps_old_sessions_where_they_are(tmp_path: P
     assert set(movers) <= held_elsewhere
 
 
-async def test_a_fork_child_goes_to_its_own_home_and_never_twice(tmp_path: Path) -> None:
+@pytest.mark.parametrize("writer", WRITERS)
+async def test_a_fork_child_goes_to_its_own_home_and_never_twice(tmp_path: Path,
+                                                                 writer: str) -> None:
     shards = shard_map(tmp_path, "a", "b")
     parent = next(i for i in (f"p{k}" for k in range(100)) if shards.home(i).name == "a")
     child = next(i for i in (f"c{k}" for k in range(100)) if shards.home(i).name == "b")
-    c = client(shards)
+    c = client(shards, writer=writer)
     try:
         p = c.session(parent)
         await p.append("turn/start", {"turn": 1})

@@ -104,8 +104,9 @@ def test_shard_map_reads_replicas(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("field", "value", "rule"), [
-    ("replica", " ", "empty replica"), ("replica_sync_s", 0, "replica_sync_s"),
-    ("replica_sync_s", 7200, "replica_sync_s")])
+    ("replica", " ", r"replica = ' ' \(shard 's0'\): must name a directory"),
+    ("replica_sync_s", 0, r"replica_sync_s = 0 \(shard 's0'\): must be seconds in"),
+    ("replica_sync_s", 7200, "replica_sync_s = 7200")])
 def test_bad_replica_settings_are_refused(field: str, value: object, rule: str) -> None:
     with pytest.raises(ShardConfigError, match=rule):
         ShardMap((msgspec.structs.replace(Shard("s0", "/x.db"), **{field: value}),))
@@ -220,6 +221,59 @@ def test_the_supervisor_restarts_litestream_and_leaves_nothing(tmp_path: Path) -
     assert not litestream_processes(str(plan.config_path))
 
 
+class _ExitedChild:
+    """A ``litestream`` child that exits after running ``run_s`` (of a fake clock)."""
+
+    def __init__(self, clock: list[float], run_s: float) -> None:
+        self.pid = 1
+        self._clock, self._run_s = clock, run_s
+
+    def wait(self) -> int:
+        self._clock[0] += self._run_s
+        return 1
+
+    def poll(self) -> int:
+        return 1
+
+
+class _StopAfter:
+    """A stop event that records each pause and is set after ``pauses`` of them."""
+
+    def __init__(self, pauses: int) -> None:
+        self.paused: list[float] = []
+        self._pauses = pauses
+
+    def is_set(self) -> bool:
+        return len(self.paused) >= self._pauses
+
+    def wait(self, delay: float) -> bool:
+        self.paused.append(delay)
+        return self.is_set()
+
+    def set(self) -> None:
+        self._pauses = 0
+
+
+def test_restart_pauses_back_off_and_start_again_after_a_healthy_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.5 s, doubling up to 10 s while the child keeps exiting within ``HEALTHY_S`` of
+    its start (the project's ``Backoff``); a child that ran longer is restarted after
+    0.5 s again."""
+    from surfacelog.actors import replication
+
+    clock = [0.0]
+    monkeypatch.setattr(replication, "time", type("FakeTime", (), {
+        "monotonic": staticmethod(lambda: clock[0])}))
+    runs = iter([0.1] * 6 + [replication.HEALTHY_S + 1] + [0.1] * 2)
+    supervisor = LitestreamSupervisor(_plan(tmp_path))
+    stop = _StopAfter(9)
+    supervisor._stop = stop  # type: ignore[assignment]
+    supervisor._spawn = lambda _config: _ExitedChild(clock, next(runs))  # type: ignore[method-assign, assignment, return-value]
+    supervisor._run("unused.yml")
+    assert stop.paused == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 0.5, 1.0, 2.0]
+    assert supervisor.status().restarts == 9
+
+
 _PARENT = """
 import sys, time
 from surfacelog.actors.replication import LitestreamSupervisor
@@ -330,7 +384,7 @@ async def test_a_shard_writer_replicates_and_supervises(tmp_path: Path, writer: 
     plan = ReplicaPlan.of(shard)
     assert plan is not None
     try:
-        owner = client.journals["s0"]
+        owner = client.writers["s0"]
         acked: dict[str, list[tuple[str, object]]] = {}
         for k in range(3):
             handle = client.session(f"r{k}")

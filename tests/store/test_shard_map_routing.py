@@ -6,6 +6,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -75,24 +76,81 @@ def test_single_is_one_unpinned_default_shard(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("shards", "fragment"), [
-    ([], "no shards"),
-    ([{"name": "A", "path": "/a"}], "shard name 'A'"),
-    ([{"name": "a", "path": "/a"}, {"name": "a", "path": "/b"}], "listed twice"),
-    ([{"name": "a", "path": "/a"}, {"name": "b", "path": "/a"}], "shares its path"),
-    ([{"name": "a", "path": ""}], "empty path"),
-    ([{"name": "a", "path": "/a", "resource": ""}], "empty resource"),
-    ([{"name": "a", "path": "/a", "disk": "ssd"}], "disk"),
-    ([{"name": "a"}], "path"),
-    ([{"name": "a", "path": "/a", "added": -1}], "negative"),
+    ([], "$.shards = []: must list at least one shard"),
+    ([{"name": "A", "path": "/a"}], "$.shards[0].name = 'A': must be 1-32 of a-z"),
+    ([{"name": "a\n", "path": "/a"}], "$.shards[0].name = 'a\\n': must be 1-32"),
+    ([{"name": "a", "path": "/a"}, {"name": "a", "path": "/b"}],
+     "$.shards[1].name = 'a': shard 'a' is listed twice (first at $.shards[0])"),
+    ([{"name": "a", "path": "/a"}, {"name": "b", "path": "/a"}],
+     "$.shards[1].path = '/a' (shard 'b'): shares its path with shard 'a' ($.shards[0])"),
+    ([{"name": "a", "path": ""}], "$.shards[0].path = '' (shard 'a'): must name the shard's"),
+    ([{"name": "a", "path": "/a", "resource": ""}],
+     "$.shards[0].resource = '' (shard 'a'): must name a Ray custom resource"),
+    ([{"name": "a", "path": "/a", "disk": "ssd"}],
+     "$.shards[0] (shard 'a'): Object contains unknown field `disk`"),
+    ([{"name": "a"}], "$.shards[0] (shard 'a'): Object missing required field `path`"),
+    ([{"name": "a", "path": "/a", "added": -1}],
+     "$.shards[0].added = -1 (shard 'a'): must be a configuration generation, 0 or more"),
+    ([{"name": "a", "path": "/a", "added": "1"}],
+     "$.shards[0].added = '1' (shard 'a'): Expected `int`, got `str`; added must be"),
+    ([{"name": "a", "path": "/a"}, 7], "$.shards[1]: Expected `object`, got `int`"),
+    ("s0.db", "$.shards = 's0.db': Expected `array`, got `str`"),
 ])
-def test_bad_configuration_is_refused_naming_the_file_and_rule(
-        tmp_path: Path, shards: list[dict[str, str]], fragment: str) -> None:
+def test_bad_configuration_is_refused_naming_the_file_path_value_and_rule(
+        tmp_path: Path, shards: object, fragment: str) -> None:
+    """The error names the file, the JSON path of the bad field, its value, its shard
+    and the field's rule (msgspec's own words too when the value has the wrong type)."""
     file = tmp_path / "shards.json"
     file.write_text(json.dumps({"shards": shards}))
     with pytest.raises(ShardConfigError) as info:
         load_shard_map(file)
-    assert str(file) in str(info.value)
+    assert str(info.value).startswith(f"{file}: $")
     assert fragment in str(info.value)
+
+
+def test_a_bad_top_level_is_refused_naming_the_file(tmp_path: Path) -> None:
+    file = tmp_path / "shards.json"
+    for doc, fragment in [({"shards": [{"name": "a", "path": "/a"}], "extra": 1},
+                           "$: Object contains unknown field `extra`"),
+                          ({}, "$: Object missing required field `shards`"),
+                          ([], "$: Expected `object`, got `array`")]:
+        file.write_text(json.dumps(doc))
+        with pytest.raises(ShardConfigError) as info:
+            load_shard_map(file)
+        assert str(info.value) == f"{file}: {fragment}"
+
+
+def test_paths_that_resolve_to_one_file_are_refused_naming_the_file(tmp_path: Path) -> None:
+    file = tmp_path / "shards.json"
+    file.write_text(json.dumps({"shards": [{"name": "a", "path": "x.db"},
+                                           {"name": "b", "path": "./x.db"}]}))
+    with pytest.raises(ShardConfigError) as info:
+        load_shard_map(file)
+    assert str(info.value) == (f"{file}: $.shards[1].path = '{tmp_path / 'x.db'}' "
+                               f"(shard 'b'): shares its path with shard 'a' ($.shards[0])")
+
+
+@pytest.mark.parametrize(("shard", "message"), [
+    (Shard("B", "/b"), "$.shards[1].name = 'B': must be 1-32"),
+    (Shard("b", "/b", added=-2), "$.shards[1].added = -2 (shard 'b'): must be"),
+    (Shard("b", "/b", added=True), "$.shards[1].added = True (shard 'b'): Expected `int`, "
+                                   "got `bool`"),
+    (Shard("b", "/a"), "$.shards[1].path = '/a' (shard 'b'): shares its path"),
+])
+def test_a_map_built_in_python_is_checked_by_the_same_rules(shard: Shard,
+                                                            message: str) -> None:
+    with pytest.raises(ShardConfigError) as info:
+        ShardMap((Shard("a", "/a"), shard))
+    assert str(info.value).startswith(f"shard map: {message}")
+    with pytest.raises(ShardConfigError, match=r"^shard map: \$\.shards = \[\]: must list"):
+        ShardMap(())
+
+
+def test_the_rules_are_in_the_json_schema() -> None:
+    shard = msgspec.json.schema(ShardMap)["$defs"]["Shard"]["properties"]
+    assert shard["name"]["pattern"] == r"^[a-z0-9][a-z0-9_-]{0,31}\Z"
+    assert shard["added"]["minimum"] == 0
+    assert "must be 1-32" in shard["name"]["description"]
 
 
 def test_not_json_and_oversized_files_are_refused(tmp_path: Path) -> None:

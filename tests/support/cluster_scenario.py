@@ -76,6 +76,12 @@ from msgspec import UNSET, to_builtins
 from surfacelog.actors.client import Client, connect, local_ray_on_loopback
 from surfacelog.actors.config import NAMESPACE, SESSION_RESOURCE, HostingConfig
 from surfacelog.actors.protocol import Conflict, ShardUnavailable
+from surfacelog.actors.raycompat import (
+    RayCompatError,
+    auth_mode,
+    ensure_auth_token,
+    require_token_auth,
+)
 from surfacelog.schema.events import Event
 from surfacelog.session import END_SEED, interrupted_turn_closers
 from surfacelog.session.turns import last_turn_boundary, open_turn
@@ -372,15 +378,10 @@ class Scenario:
         self.phase = "cluster start"
         local_ray_on_loopback()
         try:
-            from ray._private.authentication.authentication_token_setup import (
-                ensure_token_if_auth_enabled,
-            )
-            from ray._raylet import AuthenticationMode, get_authentication_mode
-
-            ensure_token_if_auth_enabled(None, create_token_if_missing=True)
-            self.auth_mode = "token" if get_authentication_mode() == \
-                AuthenticationMode.TOKEN else str(get_authentication_mode())
-        except ImportError as exc:  # an older Ray without token authentication
+            require_token_auth()
+            ensure_auth_token()
+            self.auth_mode = auth_mode()
+        except RayCompatError as exc:  # an older Ray without token authentication
             self.auth_mode = f"unavailable ({exc})"
         started = time.monotonic()
         self.cluster = Cluster(initialize_head=True, head_node_args={

@@ -49,7 +49,7 @@ async def placed(folder: str, colocate: bool) -> dict[str, str]:
         await handle.append("turn/start", {"turn": 1}, expected_seq=0)
         actor = await client.actor(handle.session_id)
         return {"session_actor": await actor.node_id.remote(),
-                "journal": await client.journal.node_id.remote(),
+                "journal": await client.writer.node_id.remote(),
                 "length": str((await handle.surface()).length)}
     finally:
         await asyncio.to_thread(client.shutdown)

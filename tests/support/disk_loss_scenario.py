@@ -234,7 +234,7 @@ class Run:
     async def lose_disk(self, drivers: list[Driver], stop: asyncio.Event,
                         tasks: list[asyncio.Future[None]]) -> dict[str, Any]:
         assert self.client is not None and self.cluster is not None
-        owner = self.client.journals["s0"]
+        owner = self.client.writers["s0"]
         node_before = await _ask(owner.node_id.remote())
         writer_pid = await _ask(owner.pid.remote())
         status = await _ask(owner.replica_status.remote())

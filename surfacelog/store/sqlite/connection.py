@@ -6,11 +6,18 @@ statements costs N thread hops and, worse, other coroutines' statements could ru
 the middle of it. Running a plain function on the connection thread avoids both: the
 function owns the ``sqlite3.Connection`` for its whole duration. aiosqlite exposes no
 public call for this, so ``run`` uses ``Connection._execute`` (the method every public
-aiosqlite call goes through); ``_check_aiosqlite`` fails loudly if a release removes it,
-and pyproject.toml pins aiosqlite to the releases this was tested with (0.22.x).
+aiosqlite call goes through) on ``Connection._conn`` (the ``sqlite3.Connection``);
+``_check_aiosqlite`` fails loudly, when this module is imported, if a release removes
+either, and pyproject.toml pins aiosqlite to the releases this was tested with (0.22.x).
+
+**This module is the one place surfacelog uses aiosqlite's private API** (``_execute``,
+``_conn``, ``_thread``), and the only module that imports aiosqlite at all: every other
+part of the store goes through ``ConnectionThread`` (``tests/store/
+test_sqlite_connection.py`` checks both). Ray's private API has its own one place,
+``surfacelog/actors/raycompat.py``.
 
 The connection thread is made a daemon before it starts (``Connection._thread``, checked
-the same way). aiosqlite starts an ordinary thread, which keeps the interpreter from
+when a connection is opened). aiosqlite starts an ordinary thread, which keeps the interpreter from
 exiting until the connection is closed: a script that dies before ``close`` (or a Ray
 worker told to exit while its journal is open) would hang forever holding the database
 file. Dying with the process loses nothing committed: SQLite's commit is atomic, and a
@@ -31,8 +38,14 @@ T = TypeVar("T")
 
 
 def _check_aiosqlite() -> None:
+    """Raise ``RuntimeError`` naming the private name of aiosqlite this module uses
+    that the installed release lacks (``_thread`` is an instance attribute: checked by
+    ``ConnectionThread.open``)."""
     if not callable(getattr(aiosqlite.Connection, "_execute", None)):
         raise RuntimeError("this aiosqlite release has no Connection._execute; "
+                           "surfacelog.store.sqlite.connection needs updating")
+    if not isinstance(getattr(aiosqlite.Connection, "_conn", None), property):
+        raise RuntimeError("this aiosqlite release has no Connection._conn property; "
                            "surfacelog.store.sqlite.connection needs updating")
 
 
