@@ -1,0 +1,36 @@
+"""Smoke test of benchmarks/bench_hosting.py: its ``--quick`` run (each ``surfacelog run``
+a child process with its own Ray) prints every row with its same-run baseline. No
+timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+from support import paths
+
+BENCH = paths.BENCHMARKS / "bench_hosting.py"
+PREFIX = "BENCH_HOSTING_JSON "
+
+
+def test_quick_run_prints_every_row() -> None:
+    proc = subprocess.run([sys.executable, str(BENCH), "--quick"], cwd=paths.REPO,
+                          capture_output=True, text=True, timeout=600, check=False)
+    tail = f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, tail
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(PREFIX)]
+    assert len(lines) == 1, tail
+    rows = {r["name"]: r for r in json.loads(lines[0][len(PREFIX):])}
+    for name in ("no-op async-actor call, one at a time", "in process, chunk mode, 4 sessions",
+                 "chunk, 4 sessions: events/s", "chunk, 4 sessions: events/s vs in process",
+                 "chunk, 8 session(s): events/s",
+                 "one-event append, nothing else in flight: p50"):
+        assert name in rows, (name, sorted(rows))
+    for row in rows.values():
+        assert math.isfinite(row["value"]) and row["value"] > 0, row
+    # The hosted rows stand beside a baseline measured in the same run.
+    assert rows["chunk, 4 sessions: events/s"]["baseline"] > 0
+    assert rows["chunk, 4 sessions: events/s vs in process"]["baseline"] == \
+        rows["in process, chunk mode, 4 sessions"]["value"]
