@@ -96,10 +96,11 @@ def _instance(cls: type[BaseException]) -> BaseException:
 def test_every_module_was_imported_and_exceptions_found() -> None:
     names = {m.__name__ for m in MODULES}
     assert {"surfacelog.schema.errors", "surfacelog.store.errors",
-            "surfacelog.actors.protocol", "surfacelog.cli.commands"} <= names
+            "surfacelog.runtime.errors", "surfacelog.actors.protocol",
+            "surfacelog.cli.commands"} <= names
     found = {_name(c) for c in EXCEPTIONS}
     assert {"surfacelog.schema.errors.SurfacelogError", "surfacelog.schema.errors.LogError",
-            "surfacelog.store.errors.CorruptStore", "surfacelog.actors.protocol.Conflict",
+            "surfacelog.store.errors.CorruptStore", "surfacelog.runtime.errors.Conflict",
             "surfacelog.session.fork.ForkError", "surfacelog.store.shardmap.ShardConfigError",
             } <= found
     assert set(PENDING) <= found, "a PENDING class no longer exists: remove its entry"

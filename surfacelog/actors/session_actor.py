@@ -1,4 +1,4 @@
-"""The session actor: a Ray async actor hosting ``LiveSession``s.
+"""The session actor: a Ray async actor hosting ``LiveSession``s (``surfacelog.runtime``).
 
 One class serves both placements. ``dedicated``: the actor is named by its session id
 and hosts that one session (the design card's shape); ``packed``: the actor is named by
@@ -15,14 +15,13 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import ray
 
 from surfacelog.actors.config import NAMESPACE, Durability, HostingConfig, Placement
 from surfacelog.actors.journal import JournalActor, JournalStore, journal_name
-from surfacelog.actors.live import RELOAD, LiveSession
 from surfacelog.actors.metrics import Recorder
 from surfacelog.actors.protocol import (
     ActorStats,
@@ -41,6 +40,7 @@ from surfacelog.actors.protocol import (
     pack_batch,
 )
 from surfacelog.actors.replication import ReplicaStatus, shard_writer_parts
+from surfacelog.runtime.live import RELOAD, LiveSession, StateDelta
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
@@ -127,6 +127,12 @@ class SessionActor:
 
     async def replica_status(self) -> ReplicaStatus | None:
         return await self._owned().replica_status()
+
+    async def store_call(self, method: str, args: tuple[Any, ...],
+                         kwargs: dict[str, Any]) -> Any:
+        """``JournalActor.store_call``: the shard's store, for a client's
+        ``ShardStore``."""
+        return await self._owned().store_call(method, args, kwargs)
 
     # -- activation ------------------------------------------------------------------
 
@@ -242,6 +248,18 @@ class SessionActor:
         started = time.perf_counter()
         events, appended = await self._run(session_id, lambda h: h.append_request(
             specs, expected_seq))
+        self._metrics.appended(len(events) if appended else 0,
+                               time.perf_counter() - started)
+        return events
+
+    async def append_with_state(self, session_id: str, specs: Sequence[AppendSpec],
+                                delta: Mapping[str, Any], at: int,
+                                expected_seq: int | None = None) -> list[Event]:
+        """``append_batch`` with a state delta written in the same write, all or nothing
+        (``LiveSession.append_request(state=...)``)."""
+        started = time.perf_counter()
+        events, appended = await self._run(session_id, lambda h: h.append_request(
+            specs, expected_seq, state=StateDelta(delta, at)))
         self._metrics.appended(len(events) if appended else 0,
                                time.perf_counter() - started)
         return events
