@@ -19,7 +19,7 @@ from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 from surfacelog.runtime.errors import SessionUnavailable
 from surfacelog.runtime.live import RELOAD, Durability, LiveSession, StateDelta
 from surfacelog.schema.events import Event
-from surfacelog.session import AppendSpec, SurfaceSnapshot
+from surfacelog.session import AppendSpec, Session, SurfaceSnapshot
 from surfacelog.session.compaction import CompactionRequest, PruneRequest, StaleRequest
 from surfacelog.store.base import EventStore
 
@@ -93,38 +93,49 @@ class SessionLike(Protocol):
 
 
 class SurfaceView:
-    """The session as one read saw it: its surface, and the event of each node."""
+    """The session as one read saw it: its surface, and the event of each node.
 
-    __slots__ = ("_events", "snapshot")
+    Consume it before the next ``await``: a view of an ``EmbeddedHandle`` is the live
+    session itself (nothing copied, ``live``), which the next write may change; any
+    other is a copy from one ``surface_events`` read (``of``)."""
 
-    def __init__(self, snapshot: SurfaceSnapshot, events: Sequence[Event]) -> None:
-        self.snapshot = snapshot
-        self._events = dict(zip(snapshot.nodes, events, strict=True))
+    __slots__ = ("_event", "generation", "length", "nodes")
+
+    def __init__(self, nodes: Sequence[int], length: int, generation: int,
+                 event: Callable[[int], Event]) -> None:
+        self.nodes = nodes
+        """The surface nodes, in order."""
+        self.length = length
+        """The log's length (the seq the next event gets)."""
+        self.generation = generation
+        """The surface's ``replace_generation``."""
+        self._event = event
+
+    @classmethod
+    def of(cls, snapshot: SurfaceSnapshot, events: Sequence[Event]) -> SurfaceView:
+        """The view of one ``surface_events`` read: ``events`` are the nodes' events."""
+        by_seq = dict(zip(snapshot.nodes, events, strict=True))
+        return cls(snapshot.nodes, snapshot.length, snapshot.replace_generation,
+                   by_seq.__getitem__)
+
+    @classmethod
+    def live(cls, session: Session) -> SurfaceView:
+        """A view of an in-process ``session`` itself, nothing copied (a long surface
+        costs nothing to view): valid until the session next changes."""
+        surface = session.surface
+        return cls(surface.nodes, len(session), surface.replace_generation, session.event)
 
     @classmethod
     async def read(cls, session: SessionLike) -> SurfaceView:
-        """A view of ``session`` now (one ``surface_events`` read)."""
-        snapshot, events = await session.surface_events()
-        return cls(snapshot, events)
-
-    @property
-    def nodes(self) -> Sequence[int]:
-        """The surface nodes, in order."""
-        return self.snapshot.nodes
-
-    @property
-    def length(self) -> int:
-        """The log's length (the seq the next event gets)."""
-        return self.snapshot.length
-
-    @property
-    def generation(self) -> int:
-        """The surface's ``replace_generation``."""
-        return self.snapshot.replace_generation
+        """A view of ``session`` now: one ``surface_events`` read, or for an
+        ``EmbeddedHandle`` its live session (``EmbeddedHandle.view``)."""
+        if isinstance(session, EmbeddedHandle):
+            return await session.view()
+        return cls.of(*await session.surface_events())
 
     def event(self, seq: int) -> Event:
-        """The event at ``seq``, a node of this view. Raises ``KeyError`` otherwise."""
-        return self._events[seq]
+        """The event at ``seq``, a node of this view."""
+        return self._event(seq)
 
 
 async def append_planned(session: SessionLike,
@@ -246,6 +257,11 @@ class EmbeddedHandle:
     async def surface_events(self) -> tuple[SurfaceSnapshot, list[Event]]:
         """See ``SessionLike.surface_events``."""
         return await self._read(lambda live: live.surface_events())
+
+    async def view(self) -> SurfaceView:
+        """The surface of the live session itself (``SurfaceView.live``): consume it
+        before the next ``await``."""
+        return await self._read(lambda live: SurfaceView.live(live.current()))
 
     async def derive_messages(self, as_of: int | None = None) -> list[dict[str, Any]]:
         """See ``SessionLike.derive_messages``."""

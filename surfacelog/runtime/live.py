@@ -429,6 +429,12 @@ class LiveSession:
         self._touch()
         return self.session.snapshot()
 
+    def current(self) -> Session:
+        """The core session itself, not copied: for a reader in this process that is
+        done with it before its next ``await`` (a write may change it then)."""
+        self._touch()
+        return self.session
+
     def surface_events(self) -> tuple[SurfaceSnapshot, list[Event]]:
         """The surface and the event of each node, for compactors and pruners."""
         self._touch()
