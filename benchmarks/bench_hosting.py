@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_actors import Report, Result
 
 from surfacelog.actors.driver import DriverProgress, SessionDriver
-from surfacelog.actors.live import LiveSession
 from surfacelog.actors.protocol import LoggedEvents
 from surfacelog.actors.script import AgentScript, AppendMode, ScriptConfig
+from surfacelog.runtime.live import LiveSession
 from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec, SurfaceSnapshot
 from surfacelog.session.context import DEFAULT_PLUGIN, context_message

@@ -74,6 +74,8 @@ SPECIAL: dict[str, Callable[[type[Any]], BaseException]] = {
         lambda cls: cls("refusing to write x.db", False),
     "surfacelog.gateway.httpclient.GatewayError":
         lambda cls: cls(418, "teapot", "the detail"),
+    "surfacelog.actors.coalesce.RequestError":
+        lambda cls: cls(ValueError("refused at the actor")),
     "google.adk.errors.already_exists_error.AlreadyExistsError":
         lambda cls: cls("session s-1 exists"),
     "google.adk.errors.session_not_found_error.SessionNotFoundError":
@@ -96,10 +98,11 @@ def _instance(cls: type[BaseException]) -> BaseException:
 def test_every_module_was_imported_and_exceptions_found() -> None:
     names = {m.__name__ for m in MODULES}
     assert {"surfacelog.schema.errors", "surfacelog.store.errors",
-            "surfacelog.actors.protocol", "surfacelog.cli.commands"} <= names
+            "surfacelog.runtime.errors", "surfacelog.actors.protocol",
+            "surfacelog.cli.commands"} <= names
     found = {_name(c) for c in EXCEPTIONS}
     assert {"surfacelog.schema.errors.SurfacelogError", "surfacelog.schema.errors.LogError",
-            "surfacelog.store.errors.CorruptStore", "surfacelog.actors.protocol.Conflict",
+            "surfacelog.store.errors.CorruptStore", "surfacelog.runtime.errors.Conflict",
             "surfacelog.session.fork.ForkError", "surfacelog.store.shardmap.ShardConfigError",
             } <= found
     assert set(PENDING) <= found, "a PENDING class no longer exists: remove its entry"

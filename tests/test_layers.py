@@ -1,7 +1,8 @@
 """The package's layers point one way, and no module imports itself back.
 
-Layers, lowest first: schema -> session -> store -> actors -> the ``surfacelog`` package
-itself (the public facade, ``surfacelog.connect``) -> gateway (HTTP) -> cli. A module
+Layers, lowest first: schema -> session -> store -> runtime (a live session's writer
+lifecycle, no Ray) -> actors -> the ``surfacelog`` package itself (the public facade,
+``surfacelog.connect``) -> gateway (HTTP) -> cli. A module
 imports only its own layer and lower ones. Every import counts, wherever it is written
 (top level, inside a function, under ``TYPE_CHECKING``): a lazy import is still a
 dependency, and a circle through one is still a circle.
@@ -20,8 +21,8 @@ import surfacelog
 
 PACKAGE = Path(surfacelog.__file__).parent
 LAYERS = ("surfacelog.schema", "surfacelog.session", "surfacelog.store",
-          "surfacelog.actors", "surfacelog", "surfacelog.gateway", "surfacelog.cli",
-          "surfacelog.integrations")
+          "surfacelog.runtime", "surfacelog.actors", "surfacelog", "surfacelog.gateway",
+          "surfacelog.cli", "surfacelog.integrations")
 
 
 def _modules() -> dict[str, Path]:

@@ -30,7 +30,7 @@ def test_every_test_folder_is_a_layer_of_the_package_or_says_why_not() -> None:
               if p.is_dir() and (p / "__init__.py").exists()}
     assert _folders() - layers <= set(BEYOND_THE_PACKAGE), _folders() - layers
     # every layer but the small ones that have no tests of their own yet
-    assert {"schema", "session", "store", "actors", "gateway", "integrations",
+    assert {"schema", "session", "store", "runtime", "actors", "gateway", "integrations",
             "cli"} <= _folders()
 
 

@@ -1,8 +1,9 @@
 """Ray actors: session actors, the shard writers, compaction and pruning, the agent-loop
 driver.
 
-This layer composes the core and the store inside Ray; it adds no surface rules
-(compaction and pruning included: those are ``surfacelog.session.compaction``).
+This layer hosts the runtime's live sessions (``surfacelog.runtime``: the core over a
+store, one writer each) inside Ray; it adds no surface rules (compaction and pruning
+included: those are ``surfacelog.session.compaction``).
 
 Its names are imported lazily: ``surfacelog.actors.config`` (the ``Placement``,
 ``Durability`` and ``Writer`` types the CLI's options are built from) is importable

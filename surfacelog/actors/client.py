@@ -15,6 +15,7 @@ import os
 import zlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Final, Literal, overload
 
 import ray
@@ -53,6 +54,8 @@ from surfacelog.actors.raycompat import set_cluster_switch
 from surfacelog.actors.replication import shard_writer_parts
 from surfacelog.actors.retry import Backoff, through_restarts
 from surfacelog.actors.session_actor import RemoteOwnerActor, RemoteSessionActor
+from surfacelog.actors.shard_store import ShardStore
+from surfacelog.runtime.handle import SessionLike
 from surfacelog.schema.events import (
     Event,
     ExtensionType,
@@ -357,6 +360,44 @@ class Client:
         """A handle on ``session_id`` (created on its first request if missing)."""
         return SessionHandle(self, session_id)
 
+    def shard_store(self, name: str | None = None) -> ShardStore:
+        """Shard ``name``'s store as this process sees it (a ``ScopedEventStore``):
+        each call goes to the shard's writer, journal or owner actor, which answers
+        from its backend (scopes, state, listing and deletion included). ``name`` may
+        be left out for a one-shard deployment. Raises ``ValueError`` when it is left
+        out with several shards, ``KeyError`` for an unknown shard."""
+        if name is None:
+            if len(self.writers) != 1:
+                raise ValueError("this deployment has several shards: name one")
+            name = next(iter(self.writers))
+        if name not in self.writers:
+            raise KeyError(f"no shard named {name!r}")
+        return ShardStore(name, partial(self._store_call, name))
+
+    async def _store_call(self, name: str, method: str, args: tuple[Any, ...],
+                          kwargs: dict[str, Any], idempotent: bool) -> Any:
+        """``store_call`` of shard ``name``'s writer: an idempotent call is sent again
+        while it restarts. Raises the backend's error (unwrapped), ``ShardUnavailable``
+        when the writer does not answer within the retry window (for a call that is
+        not idempotent, ``RayActorError`` when it died: its outcome is unknown)."""
+        writer = self.writers[name]
+
+        def send(_again: bool) -> Any:
+            return writer.store_call.remote(method, args, kwargs)
+
+        try:
+            if idempotent:
+                return await within(through_restarts(send, self.retry_for_s),
+                                    self.retry_for_s)
+            return await within(send(False), self.retry_for_s)
+        except RayTaskError as exc:
+            raise _unwrap(exc) from None
+        except (RayActorError, asyncio.TimeoutError) as exc:
+            if isinstance(exc, RayActorError) and not idempotent:
+                raise
+            raise ShardUnavailable(f"shard {name!r} did not answer {method} within "
+                                   f"{self.retry_for_s:g} s ({type(exc).__name__})") from None
+
     # -- every shard ---------------------------------------------------------------------
 
     async def list_sessions(self) -> list[SessionInfo]:
@@ -632,6 +673,18 @@ class SessionHandle:
                                  idempotent=expected_seq is not None)
         return LoggedEvents.from_reply(request, 1, reply)[0]
 
+    async def append_with_state(self, specs: Sequence[AppendSpec],
+                                delta: Mapping[str, Any], *, at: int,
+                                expected_seq: int | None = None) -> list[Event]:
+        """Append several events and write a state delta with them, all or nothing
+        (``ScopedEventStore.append_with_state``; ``at``: the state's update time, ms).
+        Raises as ``append``, ``InvalidArgument`` (a value that is not JSON),
+        ``Unsupported`` (the shard's store keeps no state), ``ScopeConflict``."""
+        events: list[Event] = await self._call(
+            "append_with_state", list(specs), dict(delta), at, expected_seq,
+            idempotent=expected_seq is not None)
+        return events
+
     async def append_batch(self, specs: Sequence[AppendSpec],
                            expected_seq: int | None = None) -> LoggedEvents:
         """Append several events, all or nothing; returns them as logged (usually a
@@ -737,3 +790,9 @@ class SessionHandle:
     async def passivate(self) -> bool:
         done: bool = await self._call("passivate", idempotent=True, relayed=False)
         return done
+
+
+def _is_session_like(handle: SessionHandle) -> SessionLike:
+    """Never called: mypy checks here that a ``SessionHandle`` is a ``SessionLike``
+    (the adapters take either it or an ``EmbeddedHandle``)."""
+    return handle

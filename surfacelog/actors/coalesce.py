@@ -32,6 +32,8 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
+from surfacelog.schema.errors import SurfacelogError
+
 R = TypeVar("R")
 
 MAX_ITEMS: Final = 512
@@ -52,7 +54,7 @@ class Request:
     size: int = 0
 
 
-class RequestError(Exception):
+class RequestError(SurfacelogError):
     """The exception ``error`` that one request of a coalesced call raised at the actor
     (its neighbours in the call are not concerned)."""
 

@@ -14,10 +14,10 @@ from typing import Any, Literal
 
 import msgspec
 
+from surfacelog.runtime.live import Durability as Durability
 from surfacelog.store.shardmap import Shard, ShardMap
 
 Placement = Literal["dedicated", "packed"]
-Durability = Literal["durable", "buffered"]
 Writer = Literal["journal", "owner"]
 
 NAMESPACE = "surfacelog"

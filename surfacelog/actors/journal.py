@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Generic, TypeVar
 
@@ -45,11 +45,14 @@ from surfacelog.actors.protocol import (
 )
 from surfacelog.actors.replication import LitestreamSupervisor, ReplicaStatus, open_replicated
 from surfacelog.actors.retry import through_restarts
+from surfacelog.actors.shard_store import SCOPED_CALLS, STORE_CALLS, ForwardedScopes
+from surfacelog.schema.errors import InvalidArgument
+from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
-from surfacelog.store.base import EventStore, SessionInfo
+from surfacelog.store.base import EventStore, SessionInfo, require_scoped
 from surfacelog.store.errors import SessionNotFound
 from surfacelog.store.replica import ReplicaPlan
-from surfacelog.store.rows import EncodedBatch
+from surfacelog.store.rows import EncodedBatch, encode_batch
 from surfacelog.store.stored import StoredSession
 
 T = TypeVar("T")
@@ -249,6 +252,21 @@ class JournalActor:
         result = await (await self._get()).list_sessions()
         return result
 
+    async def store_call(self, method: str, args: tuple[Any, ...],
+                         kwargs: dict[str, Any]) -> Any:
+        """The backend's ``method(*args, **kwargs)``, for a store proxy in another
+        process (``shard_store``: a client's ``ShardStore``, a session actor's
+        ``JournalStore`` scopes); ``method`` one of ``STORE_CALLS``. Raises
+        ``InvalidArgument`` for another name, ``Unsupported`` (naming the backend's
+        type) for a scoped method of a backend that keeps no scopes, and what the
+        method raises."""
+        if method not in STORE_CALLS:
+            raise InvalidArgument(f"a shard's writer does not answer {method!r}")
+        store = await self._get()
+        if method in SCOPED_CALLS:
+            store = require_scoped(store, f"{method!r} through the shard's writer")
+        return await getattr(store, method)(*args, **kwargs)
+
     async def holds(self, session_id: str) -> bool:
         """True when ``session_id`` is stored here (committed, or accepted for creation
         before this call: creation is a durable write)."""
@@ -284,10 +302,12 @@ class JournalActor:
                 await asyncio.to_thread(supervisor.stop)
 
 
-class JournalStore(EventStore):
+class JournalStore(ForwardedScopes):
     """The ``EventStore`` primitives over a journal actor handle, for use inside session
     actors; activation and the encoding of events to rows come from ``EventStore`` and
-    so run here, in the session actor, not in the journal."""
+    so run here, in the session actor, not in the journal. Scopes, state and deletion
+    (``ScopedEventStore``) are forwarded to the journal's backend by name
+    (``JournalActor.store_call``)."""
 
     def __init__(self, journal: Any, ship_delay_s: float = SHIP_DELAY_S,
                  max_buffered_events: int = MAX_BUFFERED_EVENTS,
@@ -355,6 +375,30 @@ class JournalStore(EventStore):
         await self._settle(header.id)
         answer = await self._opens(header)
         return answer if isinstance(answer, int) else decode_stored(answer)
+
+    async def _forward(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                       idempotent: bool) -> Any:
+        """``JournalActor.store_call``; an idempotent call is sent again while the
+        journal restarts (for up to ``JOURNAL_RESTART_S``)."""
+        if idempotent:
+            return await _resending(
+                lambda _again: self._journal.store_call.remote(method, args, kwargs))
+        return await self._journal.store_call.remote(method, args, kwargs)
+
+    async def append_with_state(self, session_id: str, events: Sequence[Event],
+                                delta: Mapping[str, Any], *, epoch: int, at: int,
+                                durable: bool = True) -> None:
+        """See ``ScopedEventStore.append_with_state``: after this session's buffered
+        batches (one order), sent once (a journal that dies leaves its outcome unknown:
+        the live session then reloads, and an ``expected_seq`` resend finds the events,
+        written with their delta, or writes both). The rows are encoded here first, so
+        a value that cannot be stored raises ``BadEvent`` before anything is sent."""
+        self._raise_failed(session_id)
+        if events:
+            encode_batch(session_id, events)
+        await self.flush_session_queue()
+        await super().append_with_state(session_id, events, delta, epoch=epoch, at=at,
+                                        durable=durable)
 
     def _raise_failed(self, session_id: str) -> None:
         exc = self._failed.pop(session_id, None)

@@ -26,8 +26,8 @@ error with the same rule. JSON alone would turn a ``nan`` into ``null`` and an
 the caller's; pickling alone would cost more than the Ray call itself, since Ray
 pickles with cloudpickle, which calls back into Python for every struct and every
 ``UNSET`` field. So the common case travels as bytes and the odd one, exactly, as
-structs. Both end in the same ``LiveSession.append_request``, so they append, refuse
-and answer retries (``expected_seq``) alike.
+structs. Both end in the same ``LiveSession.append_request`` (``surfacelog.runtime``),
+so they append, refuse and answer retries (``expected_seq``) alike.
 
 For the same reason as the JSON path, the rows of the database cross between a session
 actor and the journal as msgpack bytes both ways: a session actor activates from the
@@ -36,7 +36,9 @@ and it encodes the rows of each batch it writes (``pack_batch``), which the jour
 inserts as they are.
 
 The replace requests (``CompactionRequest``, ``PruneRequest``) are the core's
-(``surfacelog.session.compaction``), re-exported here.
+(``surfacelog.session.compaction``); the errors a live session raises (``Conflict``,
+``SessionUnavailable``) and its ``SessionStats`` are the runtime's
+(``surfacelog.runtime``), re-exported here.
 """
 
 from __future__ import annotations
@@ -49,10 +51,12 @@ from typing import Any, Final, overload
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-from surfacelog.actors.config import Durability as Durability
 from surfacelog.actors.config import Placement as Placement
+from surfacelog.runtime.errors import Conflict as Conflict
+from surfacelog.runtime.errors import SessionUnavailable as SessionUnavailable
+from surfacelog.runtime.live import Durability as Durability
+from surfacelog.runtime.live import SessionStats as SessionStats
 from surfacelog.schema.codec import JSON_DECODER, JSON_ENCODER
-from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.events import Event, ReplaceOp
 from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.limits import (
@@ -62,7 +66,6 @@ from surfacelog.schema.limits import (
     nesting_error,
 )
 from surfacelog.session import AppendSpec, build_event
-from surfacelog.session.compaction import StaleRequest
 from surfacelog.store.rows import EncodedBatch
 from surfacelog.store.stored import StoredSession
 
@@ -387,48 +390,11 @@ def decode_events(payload: EventsPayload) -> list[Event]:
     return payload
 
 
-
-
-class Conflict(StaleRequest):
-    """The request was computed from a state the session has left (a stale
-    ``replace_generation``, or an ``expected_seq`` taken by other events). Nothing was
-    appended; re-read and retry. The live session raises the core's ``StaleRequest``
-    to callers as this."""
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), self.args)
-
-
-class SessionUnavailable(SurfacelogError):
-    """The session's actor lost its writer role (fenced by a newer incarnation) or was
-    shut down; re-resolve the session and retry."""
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), self.args)
-
-
 class ShardUnavailable(SessionUnavailable):
     """The shard that holds (or would hold) the session did not answer within the retry
     window: its node is lost or its writer cannot start. Sessions of other shards are
     unaffected; the shard serves again when a node offering its resource and holding
     its file returns."""
-
-
-class SessionStats(Struct, frozen=True):
-    """What a session actor reports about one session."""
-
-    session_id: str
-    length: int
-    nodes: int
-    replace_generation: int
-    epoch: int
-    appends: int
-    replaces: int
-    conflicts: int
-    activated_at_ms: int
-    last_activity_ms: int
-    activation_ms: float
-    pid: int
 
 
 def failure_line(subject: str, exc: BaseException) -> str:

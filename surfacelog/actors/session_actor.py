@@ -1,4 +1,4 @@
-"""The session actor: a Ray async actor hosting ``LiveSession``s.
+"""The session actor: a Ray async actor hosting ``LiveSession``s (``surfacelog.runtime``).
 
 ``SessionActor`` reaches its shard's file through the shard's journal actor
 (``writer="journal"``); its subclass ``OwnerActor`` is the shard's writer itself
@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import ray
@@ -37,7 +37,6 @@ from surfacelog.actors.coalesce import (
 )
 from surfacelog.actors.config import NAMESPACE, Durability, HostingConfig, Placement
 from surfacelog.actors.journal import JournalActor, JournalStore, journal_name
-from surfacelog.actors.live import RELOAD, LiveSession
 from surfacelog.actors.metrics import Recorder
 from surfacelog.actors.protocol import (
     ActorStats,
@@ -56,6 +55,7 @@ from surfacelog.actors.protocol import (
     pack_batch,
 )
 from surfacelog.actors.replication import ReplicaStatus, shard_writer_parts
+from surfacelog.runtime.live import RELOAD, LiveSession, StateDelta
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
@@ -232,6 +232,18 @@ class SessionActor:
                                time.perf_counter() - started)
         return events
 
+    async def append_with_state(self, session_id: str, specs: Sequence[AppendSpec],
+                                delta: Mapping[str, Any], at: int,
+                                expected_seq: int | None = None) -> list[Event]:
+        """``append_batch`` with a state delta written in the same write, all or nothing
+        (``LiveSession.append_request(state=...)``)."""
+        started = time.perf_counter()
+        events, appended = await self._run(session_id, lambda h: h.append_request(
+            specs, expected_seq, state=StateDelta(delta, at)))
+        self._metrics.appended(len(events) if appended else 0,
+                               time.perf_counter() - started)
+        return events
+
     async def append_wire(self, request: bytes) -> AppendReply:
         """``append_batch`` of an ``encode_append`` request, answered by
         ``append_reply``. What ``SessionHandle`` uses: one argument, no pickling."""
@@ -374,7 +386,7 @@ methods ``SessionHandle`` calls."""
 
 
 WRITER_METHODS: Final = ("ready", "holds", "list_sessions", "create_stored",
-                         "writer_stats", "close", "replica_status")
+                         "writer_stats", "close", "replica_status", "store_call")
 """What a shard's writer answers, a ``JournalActor`` or an ``OwnerActor`` alike
 (``Client`` calls them by name on ``Client.writers``); a ``SessionActor`` has none."""
 
@@ -429,6 +441,12 @@ class OwnerActor(SessionActor):
     async def replica_status(self) -> ReplicaStatus | None:
         """The shard's Litestream process (``None``: no replica, or not opened yet)."""
         return await self._writer.replica_status()
+
+    async def store_call(self, method: str, args: tuple[Any, ...],
+                         kwargs: dict[str, Any]) -> Any:
+        """``JournalActor.store_call``: the shard's store, for a client's
+        ``ShardStore``."""
+        return await self._writer.store_call(method, args, kwargs)
 
 
 RemoteSessionActor: Any = ray.remote(SessionActor)

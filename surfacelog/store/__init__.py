@@ -4,10 +4,12 @@ implementation."""
 from surfacelog.store.base import (
     EventStore,
     OpenedSession,
+    ScopedEventStore,
     ScopedSession,
     ScopedState,
     SessionInfo,
     SessionPage,
+    require_scoped,
 )
 from surfacelog.store.errors import (
     BadEvent,
@@ -42,6 +44,7 @@ __all__ = [
     "EventStore",
     "OpenedSession",
     "ScopeConflict",
+    "ScopedEventStore",
     "ScopedSession",
     "ScopedState",
     "SeqMismatch",
@@ -61,6 +64,7 @@ __all__ = [
     "export_session",
     "import_log",
     "import_stream",
+    "require_scoped",
     "sqlite_backend",
     "verify_store",
 ]

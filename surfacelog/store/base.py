@@ -130,72 +130,6 @@ class EventStore(abc.ABC):
         """The backend's counters (commits, events written...); none by default."""
         return {}
 
-    # -- optional features: scopes, state, deletion (see ``surfacelog.store.scoped``) ----
-    # The SQLite and memory backends implement them; by default they raise Unsupported.
-
-    def _unsupported(self, what: str) -> Unsupported:
-        return Unsupported(f"{type(self).__name__} does not support {what}")
-
-    async def set_scope(self, session_id: str, app_name: str, user_id: str, *,
-                        state: Mapping[str, Any] | None = None, at: int) -> None:
-        """Give a stored session its app and user (once) and apply ``state`` as a delta
-        (``scoped.split_delta``), in one transaction; ``at`` (ms) is its update time.
-        Setting the same scope again only applies ``state``. Raises ``SessionNotFound``
-        (``SessionDeleted``), ``ScopeConflict`` (scoped to another app or user),
-        ``InvalidArgument`` (a value that is not JSON), ``StoreError``."""
-        raise self._unsupported("scopes")
-
-    async def append_with_state(self, session_id: str, events: Sequence[Event],
-                                delta: Mapping[str, Any], *, epoch: int, at: int,
-                                durable: bool = True) -> None:
-        """``append`` and ``update_state(delta, at=at)`` as one write, all or nothing:
-        the events are never stored without their state delta nor the other way round.
-        Raises what ``append`` raises, ``ScopeConflict`` (the session has no scope;
-        nothing written), ``InvalidArgument`` (a value that is not JSON; before
-        anything is queued)."""
-        raise self._unsupported("state")
-
-    async def scope_of(self, session_id: str) -> ScopedSession:
-        """The session's scope row. Raises ``SessionNotFound`` (``SessionDeleted``),
-        ``ScopeConflict`` (the session has no scope)."""
-        raise self._unsupported("scopes")
-
-    async def get_state(self, session_id: str) -> ScopedState:
-        """The scoped session's app, user and session state. Raises as ``scope_of``."""
-        raise self._unsupported("state")
-
-    async def user_state(self, app_name: str, user_id: str) -> dict[str, Any]:
-        """The state of ``user_id`` in ``app_name`` (keys without ``user:``); ``{}`` when
-        none is stored."""
-        raise self._unsupported("state")
-
-    async def update_state(self, session_id: str, delta: Mapping[str, Any], *,
-                           at: int) -> None:
-        """Apply ``delta`` (``scoped.split_delta``: ``app:``, ``user:``, session keys;
-        ``temp:`` dropped) to the scoped session's state in one transaction, and set its
-        update time to ``at`` (ms). Raises as ``scope_of``, ``InvalidArgument``."""
-        raise self._unsupported("state")
-
-    async def list_scoped(self, app_name: str, user_id: str | None = None, *,
-                          after: str | None = None, limit: int | None = None
-                          ) -> SessionPage:
-        """The live sessions of ``app_name`` (of ``user_id`` only, when given), ordered
-        by id, those with ``id > after``, at most ``limit`` (>= 1) of them. Raises
-        ``InvalidArgument`` for a limit below 1."""
-        raise self._unsupported("scoped listing")
-
-    async def delete_session(self, session_id: str, *, at: int) -> None:
-        """Tombstone the session (``scoped``: hidden from loading and listing, writer
-        fenced, rows kept until ``purge_session``). Raises ``SessionNotFound``
-        (``SessionDeleted`` when deleted already)."""
-        raise self._unsupported("deletion")
-
-    async def purge_session(self, session_id: str) -> None:
-        """Remove a deleted session's rows: events, header, scope, session state and the
-        tombstone (its id is free again). Raises ``SessionNotFound`` (not stored),
-        ``StoreError`` (stored but not deleted: delete it first)."""
-        raise self._unsupported("deletion")
-
     def observe_commits(self, observer: CommitObserver | None) -> None:  # noqa: B027
         """Tell ``observer`` about each group commit from now on (``None``: stop). A
         backend without group commits reports none (the default)."""
@@ -301,11 +235,96 @@ class EventStore(abc.ABC):
         return await activation.open_or_create(self, header)
 
 
+class ScopedEventStore(EventStore):
+    """An ``EventStore`` that also keeps scopes, state and deletion
+    (``surfacelog.store.scoped``): the capability Google ADK's session service needs.
+
+    A capability as a type, the way the ``eventsourcing`` library's
+    ``ApplicationRecorder`` extends its ``AggregateRecorder``: a backend that has it
+    derives from this class and implements every method below (the SQLite and memory
+    backends; the journal's proxies forward them to the shard's writer), a backend that
+    has not (the DSH root) stays a plain ``EventStore``, and a caller that needs it asks
+    for it by type (``require_scoped``) before it starts, instead of failing on its
+    first call.
+    """
+
+    @abc.abstractmethod
+    async def set_scope(self, session_id: str, app_name: str, user_id: str, *,
+                        state: Mapping[str, Any] | None = None, at: int) -> None:
+        """Give a stored session its app and user (once) and apply ``state`` as a delta
+        (``scoped.split_delta``), in one transaction; ``at`` (ms) is its update time.
+        Setting the same scope again only applies ``state``. Raises ``SessionNotFound``
+        (``SessionDeleted``), ``ScopeConflict`` (scoped to another app or user),
+        ``InvalidArgument`` (a value that is not JSON), ``StoreError``."""
+
+    @abc.abstractmethod
+    async def append_with_state(self, session_id: str, events: Sequence[Event],
+                                delta: Mapping[str, Any], *, epoch: int, at: int,
+                                durable: bool = True) -> None:
+        """``append`` and ``update_state(delta, at=at)`` as one write, all or nothing:
+        the events are never stored without their state delta nor the other way round.
+        Raises what ``append`` raises, ``ScopeConflict`` (the session has no scope;
+        nothing written), ``InvalidArgument`` (a value that is not JSON; before
+        anything is queued)."""
+
+    @abc.abstractmethod
+    async def scope_of(self, session_id: str) -> ScopedSession:
+        """The session's scope row. Raises ``SessionNotFound`` (``SessionDeleted``),
+        ``ScopeConflict`` (the session has no scope)."""
+
+    @abc.abstractmethod
+    async def get_state(self, session_id: str) -> ScopedState:
+        """The scoped session's app, user and session state. Raises as ``scope_of``."""
+
+    @abc.abstractmethod
+    async def user_state(self, app_name: str, user_id: str) -> dict[str, Any]:
+        """The state of ``user_id`` in ``app_name`` (keys without ``user:``); ``{}`` when
+        none is stored."""
+
+    @abc.abstractmethod
+    async def update_state(self, session_id: str, delta: Mapping[str, Any], *,
+                           at: int) -> None:
+        """Apply ``delta`` (``scoped.split_delta``: ``app:``, ``user:``, session keys;
+        ``temp:`` dropped) to the scoped session's state in one transaction, and set its
+        update time to ``at`` (ms). Raises as ``scope_of``, ``InvalidArgument``."""
+
+    @abc.abstractmethod
+    async def list_scoped(self, app_name: str, user_id: str | None = None, *,
+                          after: str | None = None, limit: int | None = None
+                          ) -> SessionPage:
+        """The live sessions of ``app_name`` (of ``user_id`` only, when given), ordered
+        by id, those with ``id > after``, at most ``limit`` (>= 1) of them. Raises
+        ``InvalidArgument`` for a limit below 1."""
+
+    @abc.abstractmethod
+    async def delete_session(self, session_id: str, *, at: int) -> None:
+        """Tombstone the session (``scoped``: hidden from loading and listing, writer
+        fenced, rows kept until ``purge_session``). Raises ``SessionNotFound``
+        (``SessionDeleted`` when deleted already)."""
+
+    @abc.abstractmethod
+    async def purge_session(self, session_id: str) -> None:
+        """Remove a deleted session's rows: events, header, scope, session state and the
+        tombstone (its id is free again). Raises ``SessionNotFound`` (not stored),
+        ``StoreError`` (stored but not deleted: delete it first)."""
+
+
+def require_scoped(store: EventStore, needed_by: str = "this caller") -> ScopedEventStore:
+    """``store`` itself when it keeps scopes, state and deletion (a
+    ``ScopedEventStore``). Raises ``Unsupported`` naming the store's type otherwise."""
+    if isinstance(store, ScopedEventStore):
+        return store
+    raise Unsupported(f"{type(store).__name__} does not support scopes, state and "
+                      f"deletion (it is not a ScopedEventStore), which {needed_by} needs")
+
+
 __all__ = [
     "EventStore",
     "OpenedSession",
+    "ScopedEventStore",
     "ScopedSession",
     "ScopedState",
     "SessionInfo",
     "SessionPage",
+    "require_scoped",
 ]

@@ -16,7 +16,7 @@ from typing import Any
 from surfacelog.schema.codec import JSON_ENCODER
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader, header_to_json
-from surfacelog.store.base import SessionInfo
+from surfacelog.store.base import ScopedEventStore, SessionInfo
 from surfacelog.store.deferred_errors import DeferredErrors
 from surfacelog.store.errors import (
     ScopeConflict,
@@ -52,10 +52,11 @@ class _Stored:
     deleted_at: int | None = None
 
 
-class MemoryEventStore(DeferredErrors):
-    """Session rows in memory (see the module's docstring). Every write is applied at
-    once; a non-durable batch's failure is kept for ``flush``/``flush_session``, as the
-    SQLite store reports it (``DeferredErrors``). Closing drops the rows."""
+class MemoryEventStore(DeferredErrors, ScopedEventStore):
+    """Session rows in memory (see the module's docstring), with scopes, state and
+    deletion (a ``ScopedEventStore``). Every write is applied at once; a non-durable
+    batch's failure is kept for ``flush``/``flush_session``, as the SQLite store
+    reports it (``DeferredErrors``). Closing drops the rows."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -101,7 +102,7 @@ class MemoryEventStore(DeferredErrors):
 
     async def set_scope(self, session_id: str, app_name: str, user_id: str, *,
                         state: Mapping[str, Any] | None = None, at: int) -> None:
-        """See ``EventStore.set_scope``."""
+        """See ``ScopedEventStore.set_scope``."""
         self._check_open()
         stored = self._session(session_id)
         if stored.scope is not None and stored.scope != (app_name, user_id):
@@ -116,7 +117,7 @@ class MemoryEventStore(DeferredErrors):
     async def append_with_state(self, session_id: str, events: Sequence[Event],
                                 delta: Mapping[str, Any], *, epoch: int, at: int,
                                 durable: bool = True) -> None:
-        """See ``EventStore.append_with_state``."""
+        """See ``ScopedEventStore.append_with_state``."""
         self._check_open()
         split_delta(delta)  # refuse a bad value before anything is applied
         batch = encode_batch(session_id, events) if events else NO_ROWS
@@ -135,13 +136,13 @@ class MemoryEventStore(DeferredErrors):
             stored.update_time = at
 
     async def scope_of(self, session_id: str) -> ScopedSession:
-        """See ``EventStore.scope_of``."""
+        """See ``ScopedEventStore.scope_of``."""
         self._check_open()
         stored, _app, _user = self._scoped(session_id)
         return self._info(session_id, stored)
 
     async def get_state(self, session_id: str) -> ScopedState:
-        """See ``EventStore.get_state``."""
+        """See ``ScopedEventStore.get_state``."""
         self._check_open()
         stored, app, user = self._scoped(session_id)
         return ScopedState(decode_state(sorted(self._app_state.get(app, {}).items())),
@@ -149,13 +150,13 @@ class MemoryEventStore(DeferredErrors):
                            decode_state(sorted(stored.state.items())))
 
     async def user_state(self, app_name: str, user_id: str) -> dict[str, Any]:
-        """See ``EventStore.user_state``."""
+        """See ``ScopedEventStore.user_state``."""
         self._check_open()
         return decode_state(sorted(self._user_state.get((app_name, user_id), {}).items()))
 
     async def update_state(self, session_id: str, delta: Mapping[str, Any], *,
                            at: int) -> None:
-        """See ``EventStore.update_state``."""
+        """See ``ScopedEventStore.update_state``."""
         self._check_open()
         stored, app, user = self._scoped(session_id)
         self._apply(stored, app, user, delta)
@@ -164,7 +165,7 @@ class MemoryEventStore(DeferredErrors):
     async def list_scoped(self, app_name: str, user_id: str | None = None, *,
                           after: str | None = None, limit: int | None = None
                           ) -> SessionPage:
-        """See ``EventStore.list_scoped``."""
+        """See ``ScopedEventStore.list_scoped``."""
         self._check_open()
         check_page(limit)
         rows = [self._info(sid, s) for sid, s in sorted(self._sessions.items())
@@ -176,14 +177,14 @@ class MemoryEventStore(DeferredErrors):
         return SessionPage(rows, None)
 
     async def delete_session(self, session_id: str, *, at: int) -> None:
-        """See ``EventStore.delete_session``."""
+        """See ``ScopedEventStore.delete_session``."""
         self._check_open()
         stored = self._session(session_id)
         stored.deleted_at = at
         stored.epoch += 1
 
     async def purge_session(self, session_id: str) -> None:
-        """See ``EventStore.purge_session``."""
+        """See ``ScopedEventStore.purge_session``."""
         self._check_open()
         stored = self._sessions.get(session_id)
         if stored is None:

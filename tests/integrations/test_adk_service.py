@@ -1,7 +1,12 @@
 """``surfacelog.integrations.adk`` against the real Google ADK: the event mapping round
 trips exactly, state/listing/deletion behave as ADK's own ``InMemorySessionService``
 on the same operations, sessions survive a restart, and a real ``Runner`` with a
-scripted ``BaseLlm`` (no network) and a tool runs on it, before and after a restart."""
+scripted ``BaseLlm`` (no network) and a tool runs on it, before and after a restart.
+
+The service's behaviour tests run embedded (a SQLite file, or a memory store) and over
+a real local Ray (``ray_local``): a one-shard deployment with a journal writer, and one
+whose owner session actor holds the file. Over Ray the events go through the session
+actors and scopes, state, listing and deletion through the shard's writer."""
 
 from __future__ import annotations
 
@@ -45,10 +50,70 @@ from surfacelog.store.sqlite import SqliteEventStore  # noqa: E402
 
 APP, U1, U2 = "app", "u1", "u2"
 
+RAY = [pytest.param("ray-journal", marks=pytest.mark.ray),
+       pytest.param("ray-owner", marks=pytest.mark.ray)]
+EVERYWHERE = ["sqlite", *RAY]
+
+
+class Deployment:
+    """Where a test's services keep their sessions: ``sqlite`` (a file, embedded),
+    ``memory`` (a memory store, embedded), or a one-shard Ray deployment of that file
+    on the shared local Ray, its writer a journal actor (``ray-journal``) or the owner
+    session actor (``ray-owner``)."""
+
+    def __init__(self, kind: str, path: Path) -> None:
+        self.kind = kind
+        self.path = path
+        self.memory: MemoryEventStore | None = None
+        self.client: Any = None
+        if kind.startswith("ray-"):
+            from surfacelog.actors.client import connect
+
+            self.client = connect(db=str(path), placement="packed", packs=1,
+                                  writer="owner" if kind == "ray-owner" else "journal")
+
+    @property
+    def embedded(self) -> bool:
+        return self.client is None
+
+    async def service(self) -> SurfacelogSessionService:
+        """A new service on the deployment (as a new process would make)."""
+        if self.client is not None:
+            return SurfacelogSessionService(client=self.client)
+        if self.kind == "memory":
+            if self.memory is None:
+                self.memory = await MemoryEventStore.open()
+            return SurfacelogSessionService(store=self.memory)
+        return SurfacelogSessionService(path=self.path)
+
+    async def restart(self, service: SurfacelogSessionService) -> SurfacelogSessionService:
+        """Close ``service`` and start another; over Ray every session actor first
+        drops its sessions, which are then loaded again from the file."""
+        await service.close()
+        if self.client is not None:
+            assert await self.client.passivate_all() == []
+        return await self.service()
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.shutdown()
+
+
+@pytest.fixture(params=EVERYWHERE)
+async def where(request: pytest.FixtureRequest, tmp_path: Path
+                ) -> AsyncIterator[Deployment]:
+    if str(request.param).startswith("ray-"):
+        request.getfixturevalue("ray_local")
+    deployment = Deployment(request.param, tmp_path / "adk.db")
+    try:
+        yield deployment
+    finally:
+        deployment.close()
+
 
 @pytest.fixture
-async def service(tmp_path: Path) -> AsyncIterator[SurfacelogSessionService]:
-    s = SurfacelogSessionService(path=tmp_path / "adk.db")
+async def service(where: Deployment) -> AsyncIterator[SurfacelogSessionService]:
+    s = await where.service()
     try:
         yield s
     finally:
@@ -90,23 +155,23 @@ def _events() -> list[Event]:
     ]
 
 
-async def test_mapping_round_trip_and_restart(tmp_path: Path) -> None:
-    path = tmp_path / "rt.db"
-    service = SurfacelogSessionService(path=path)
+async def test_mapping_round_trip_and_restart(where: Deployment) -> None:
+    service = await where.service()
     session = await service.create_session(app_name=APP, user_id=U1, session_id="s1")
     originals = _events()
     for event in originals:
         await service.append_event(session, event.model_copy(deep=True))
-    await service.close()
     # a new process reads the file: the events come back equal, field for field
-    service = SurfacelogSessionService(path=path)
+    service = await where.restart(service)
     back = await service.get_session(app_name=APP, user_id=U1, session_id="s1")
     assert back is not None
     assert back.events == originals
     assert back.state == {"k": 1, "app:a": {"x": True}, "user:last": "Paris", "done": True}
     # the log holds DSH messages: blocks where they say everything, parts kept whole else
     store = service.store
-    assert isinstance(store, SqliteEventStore)
+    assert store is not None
+    if where.embedded:
+        assert isinstance(store, SqliteEventStore)
     log = (await store.load("s1")).log
     types_ = [e.type for e in log if e.type != "session/end-seed"]
     assert types_ == ["user/message", "assistant/message", "tool/result", "user/message",
@@ -185,9 +250,11 @@ async def test_state_listing_deletion_as_in_memory_service(
     assert await _script(service) == await _script(InMemorySessionService())
 
 
-async def test_delete_is_a_tombstone_and_append_refused(tmp_path: Path) -> None:
-    store = await MemoryEventStore.open()
-    service = SurfacelogSessionService(store=store)
+@pytest.mark.parametrize("where", ["memory", *RAY], indirect=True)
+async def test_delete_is_a_tombstone_and_append_refused(where: Deployment) -> None:
+    service = await where.service()
+    store = service.store
+    assert store is not None
     session = await service.create_session(app_name=APP, user_id=U1, session_id="s")
     await service.append_event(session, _events()[0])
     await service.delete_session(app_name=APP, user_id=U1, session_id="s")
@@ -198,6 +265,10 @@ async def test_delete_is_a_tombstone_and_append_refused(tmp_path: Path) -> None:
     await store.purge_session("s")
     again = await service.create_session(app_name=APP, user_id=U1, session_id="s")
     assert again.events == [] and again.state == {}
+    first = _events()[0]
+    await service.append_event(again, first.model_copy(deep=True))  # a new one, same id
+    back = await service.get_session(app_name=APP, user_id=U1, session_id="s")
+    assert back is not None and back.events == [first]
     await service.close()
 
 
@@ -271,18 +342,19 @@ def _shape(events: list[Event]) -> list[Any]:
     return out
 
 
-async def test_runner_end_to_end_with_restart(tmp_path: Path) -> None:
-    path = tmp_path / "runner.db"
+async def test_runner_end_to_end_with_restart(where: Deployment) -> None:
+    path = where.path
     reference = InMemorySessionService()
     await reference.create_session(app_name=APP, user_id=U1, session_id="r")
     ref_runner = _runner(reference)
-    ours = SurfacelogSessionService(path=path)
+    ours = await where.service()
     await ours.create_session(app_name=APP, user_id=U1, session_id="r")
     assert await _turn(_runner(ours), "r", "Paris") == ["Paris: sunny"]
     assert await _turn(ref_runner, "r", "Paris") == ["Paris: sunny"]
     before = await ours.get_session(app_name=APP, user_id=U1, session_id="r")
     await ours.close()
     # a restart in another process: the file alone holds the history and the state
+    # (over Ray too: an embedded service reads what the shard's writer committed)
     code = ("import asyncio, sys\n"
             "from surfacelog.integrations.adk import SurfacelogSessionService\n"
             "async def main():\n"
@@ -294,7 +366,7 @@ async def test_runner_end_to_end_with_restart(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code, str(path)], check=True,
                           capture_output=True, text=True)
     assert done.stdout.split("\n")[0] == "4 ['user:last_city']"
-    ours = SurfacelogSessionService(path=path)
+    ours = await where.restart(ours)
     after = await ours.get_session(app_name=APP, user_id=U1, session_id="r")
     assert before is not None and after is not None and after.events == before.events
     assert await _turn(_runner(ours), "r", "Oslo") == ["Oslo: sunny"]
@@ -316,20 +388,18 @@ def _compacting_runner(svc: BaseSessionService) -> Runner:
     return Runner(app=app, session_service=svc)
 
 
-async def test_runner_compaction_is_a_surface_replace(tmp_path: Path) -> None:
+async def test_runner_compaction_is_a_surface_replace(where: Deployment) -> None:
     """ADK's own compaction (every 2 invocations) through our service, with a restart
     between turns: the events ADK reads back match ADK's in-memory service; the
     compaction event replaces what it summarises on the surface, citing it."""
-    path = tmp_path / "compaction.db"
     reference = InMemorySessionService()
     await reference.create_session(app_name=APP, user_id=U1, session_id="c")
     ref_runner = _compacting_runner(reference)
-    ours = SurfacelogSessionService(path=path)
+    ours = await where.service()
     await ours.create_session(app_name=APP, user_id=U1, session_id="c")
     for n, city in enumerate(["Paris", "Oslo", "Rome"]):
         if n == 2:  # restart
-            await ours.close()
-            ours = SurfacelogSessionService(path=path)
+            ours = await where.restart(ours)
         assert await _turn(_compacting_runner(ours), "c", city) == [f"{city}: sunny"]
         assert await _turn(ref_runner, "c", city) == [f"{city}: sunny"]
     got = await ours.get_session(app_name=APP, user_id=U1, session_id="c")
@@ -365,3 +435,52 @@ async def test_duplicate_create_is_adk_already_exists(
     await service.create_session(app_name=APP, user_id=U1, session_id="d")
     with pytest.raises(SessionAlreadyExists, match="already exists"):
         await service.create_session(app_name=APP, user_id=U1, session_id="d")
+
+
+# -- capabilities, and several services on one deployment ---------------------------------
+
+async def test_a_store_without_scopes_is_refused_when_the_service_is_built(
+        tmp_path: Path) -> None:
+    from surfacelog.store.dsh_root import DshRootEventStore
+    from surfacelog.store.errors import Unsupported
+
+    store = await DshRootEventStore.open(tmp_path / "root")
+    try:
+        with pytest.raises(Unsupported, match=r"DshRootEventStore does not support scopes"):
+            SurfacelogSessionService(store=store)
+    finally:
+        await store.close()
+    with pytest.raises(ValueError, match="exactly one"):
+        SurfacelogSessionService()
+
+
+async def test_a_second_service_on_the_same_sessions(where: Deployment) -> None:
+    """Embedded, the service that writes last takes the session: the earlier writer is
+    fenced. Over Ray the session actor is the one writer: both services append, each
+    after what the other wrote (an append planned on an older read is mapped again)."""
+    from surfacelog.runtime import SessionLike
+    from surfacelog.store.errors import WriterFenced
+
+    first, second = await where.service(), await where.service()
+    session = await first.create_session(app_name=APP, user_id=U1, session_id="two")
+    events = _events()
+    await first.append_event(session, events[0].model_copy(deep=True))
+    seen = await second.get_session(app_name=APP, user_id=U1, session_id="two")
+    assert seen is not None and seen.events == events[:1]
+    await second.append_event(seen, events[1].model_copy(deep=True))
+    if where.embedded:
+        with pytest.raises(WriterFenced):
+            await first.append_event(session, events[2].model_copy(deep=True))
+        await first.close()
+        first = await where.service()
+        expected = events[:2]
+    else:
+        assert isinstance(where.client.session("two"), SessionLike)
+        # first has not read events[1]: its append is re-mapped after it
+        await first.append_event(session, events[2].model_copy(deep=True))
+        expected = events[:3]
+    for service in (first, second):
+        got = await service.get_session(app_name=APP, user_id=U1, session_id="two")
+        assert got is not None and got.events == expected
+    await first.close()
+    await second.close()

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from surfacelog.actors.live import LiveSession
 from surfacelog.actors.protocol import AppendRequest, decode_append, encode_append
+from surfacelog.runtime.live import LiveSession
 from surfacelog.schema.codec import JSON_ENCODER, decode_log, read_log
 from surfacelog.schema.errors import (
     JsonValueError,

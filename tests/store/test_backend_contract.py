@@ -14,7 +14,7 @@ import pytest
 import ray
 
 from surfacelog.actors.journal import JournalActor, JournalStore
-from surfacelog.actors.live import LiveSession
+from surfacelog.runtime.live import LiveSession
 from surfacelog.schema.events import Event
 from surfacelog.session import END_SEED, AppendSpec, Session
 from surfacelog.store import activation

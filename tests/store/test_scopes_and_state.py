@@ -1,5 +1,8 @@
 """Scopes, state, scoped listing and deletion (``surfacelog.store.scoped``): one contract
-over the SQLite and memory backends; a schema-version-1 file is refused (SPEC 12)."""
+over the SQLite and memory backends, and over the proxies that reach a shard's store
+through a real local Ray (a session actor's ``JournalStore``, a client's ``ShardStore``
+through a journal or an owner writer); a store without the capability is told apart by
+its type; a schema-version-1 file is refused (SPEC 12)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from surfacelog.schema.errors import InvalidArgument
-from surfacelog.store.base import EventStore
+from surfacelog.store.base import EventStore, ScopedEventStore, require_scoped
+from surfacelog.store.dsh_root import DshRootEventStore
 from surfacelog.store.errors import (
     ScopeConflict,
     SeqMismatch,
@@ -18,39 +22,71 @@ from surfacelog.store.errors import (
     SessionExists,
     SessionNotFound,
     StoreError,
+    Unsupported,
     VersionRefused,
     WriterFenced,
 )
 from surfacelog.store.jsonl import export_session
 from surfacelog.store.memory import MemoryEventStore
-from surfacelog.store.sqlite import SqliteEventStore
+from surfacelog.store.sqlite import SqliteEventStore, sqlite_backend
 from surfacelog.store.sqlite.file_format import SCHEMA_VERSION, schema_sql
 
 from support.sessiongen import build_session
 from support.sessiongen import header as header_for
 
+PROXIES = [pytest.param(kind, marks=pytest.mark.ray)
+           for kind in ("journal-store", "shard-store-journal", "shard-store-owner")]
 
-@pytest.fixture(params=["sqlite", "memory"])
+
+@pytest.fixture(params=["sqlite", "memory", *PROXIES])
 async def store(request: pytest.FixtureRequest, tmp_path: Path
-                ) -> AsyncIterator[EventStore]:
-    s: EventStore
-    if request.param == "sqlite":
-        s = await SqliteEventStore.open(tmp_path / "scoped.db")
-    else:
+                ) -> AsyncIterator[ScopedEventStore]:
+    s: ScopedEventStore
+    kind = request.param
+    path = tmp_path / "scoped.db"
+    if kind == "sqlite":
+        s = await SqliteEventStore.open(path)
+    elif kind == "memory":
         s = await MemoryEventStore.open()
+    elif kind == "journal-store":  # what a session actor writes through
+        request.getfixturevalue("ray_local")
+        import ray
+
+        from surfacelog.actors.journal import JournalActor, JournalStore
+
+        journal = ray.remote(JournalActor).remote(sqlite_backend(str(path)))
+        s = JournalStore(journal, ship_delay_s=0.0)
+        try:
+            yield s
+        finally:
+            await s.close()
+            await journal.close.remote()
+            ray.kill(journal)
+        return
+    else:  # what a client (the ADK service over Ray) reaches the shard with
+        request.getfixturevalue("ray_local")
+        from surfacelog.actors.client import connect
+
+        client = connect(db=str(path), placement="packed", packs=1,
+                         writer="owner" if kind.endswith("owner") else "journal")
+        try:
+            yield client.shard_store()
+        finally:
+            client.shutdown()
+        return
     try:
         yield s
     finally:
         await s.close()
 
 
-async def _scoped(store: EventStore, sid: str, app: str = "app", user: str = "u1",
+async def _scoped(store: ScopedEventStore, sid: str, app: str = "app", user: str = "u1",
                   **state: object) -> None:
     await store.create(header_for(sid))
     await store.set_scope(sid, app, user, state=state, at=1)
 
 
-async def test_state_prefixes(store: EventStore) -> None:
+async def test_state_prefixes(store: ScopedEventStore) -> None:
     await _scoped(store, "s1", **{"k": 1, "app:a": "A", "user:u": [1], "temp:t": 9})
     await _scoped(store, "s2", user="u1")
     await _scoped(store, "s3", user="u2")
@@ -71,7 +107,7 @@ async def test_state_prefixes(store: EventStore) -> None:
     assert (await store.scope_of("s3")).update_time == 5
 
 
-async def test_scope_refusals(store: EventStore) -> None:
+async def test_scope_refusals(store: ScopedEventStore) -> None:
     await _scoped(store, "s1")
     with pytest.raises(ScopeConflict, match="belongs to app 'app', user 'u1'"):
         await store.set_scope("s1", "app", "u2", at=2)
@@ -85,7 +121,7 @@ async def test_scope_refusals(store: EventStore) -> None:
     assert (await store.get_state("s1")).session == {}
 
 
-async def test_list_scoped_pages(store: EventStore) -> None:
+async def test_list_scoped_pages(store: ScopedEventStore) -> None:
     for i in range(5):
         await _scoped(store, f"s{i}", user="u1" if i % 2 == 0 else "u2")
     await _scoped(store, "other", app="app2")
@@ -107,7 +143,7 @@ async def test_list_scoped_pages(store: EventStore) -> None:
         await store.list_scoped("app", limit=0)
 
 
-async def test_delete_tombstone_then_purge(store: EventStore, tmp_path: Path) -> None:
+async def test_delete_tombstone_then_purge(store: ScopedEventStore, tmp_path: Path) -> None:
     session = build_session("s1", 2)
     await store.create(header_for("s1"), session.log)
     await store.set_scope("s1", "app", "u1", state={"k": 1, "user:u": 2}, at=1)
@@ -191,7 +227,7 @@ async def test_a_v1_database_is_refused_and_left_untouched(tmp_path: Path,
     assert SCHEMA_VERSION == 2
 
 
-async def test_append_with_state_all_or_nothing(store: EventStore) -> None:
+async def test_append_with_state_all_or_nothing(store: ScopedEventStore) -> None:
     session = build_session("s1", 2)
     await store.create(header_for("s1"))
     await store.set_scope("s1", "app", "u1", at=1)
@@ -219,3 +255,25 @@ async def test_append_with_state_all_or_nothing(store: EventStore) -> None:
     assert len(await store.read_since("bare")) == len(bare.session)
     with pytest.raises(InvalidArgument):
         await store.append_with_state("s1", [], {"k": {1, 2}}, epoch=opened.epoch, at=9)
+
+
+async def test_the_capability_is_a_type(tmp_path: Path) -> None:
+    """Scopes, state and deletion are a sub-interface: the backends that keep them are
+    ``ScopedEventStore``s, the DSH root is a plain ``EventStore`` without those methods,
+    and asking for the capability names the store that lacks it."""
+    assert issubclass(SqliteEventStore, ScopedEventStore)
+    assert issubclass(MemoryEventStore, ScopedEventStore)
+    assert not issubclass(DshRootEventStore, ScopedEventStore)
+    for method in ("set_scope", "append_with_state", "scope_of", "get_state", "user_state",
+                   "update_state", "list_scoped", "delete_session", "purge_session"):
+        assert not hasattr(EventStore, method) and hasattr(ScopedEventStore, method)
+    root = await DshRootEventStore.open(tmp_path / "root")
+    memory = await MemoryEventStore.open()
+    try:
+        with pytest.raises(Unsupported, match=r"^DshRootEventStore does not support "
+                                              r"scopes, state and deletion .* ADK"):
+            require_scoped(root, "ADK")
+        assert require_scoped(memory) is memory
+    finally:
+        await root.close()
+        await memory.close()

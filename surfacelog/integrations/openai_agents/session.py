@@ -36,6 +36,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from surfacelog.runtime.handle import (
+    EmbeddedHandle,
+    SessionLike,
+    append_planned,
+    compact_planned,
+)
+from surfacelog.runtime.handle import SurfaceView as View
 from surfacelog.schema.codec import decode_json, encode_json
 from surfacelog.schema.errors import LogError
 from surfacelog.schema.events import Event, ReplaceOp
@@ -51,13 +58,10 @@ from surfacelog.session import (
 from surfacelog.session.compaction import CompactionRequest
 from surfacelog.store.base import EventStore
 
-from .backends import Backend, EmbeddedBackend, HandleBackend, View
 from .mapping import PROVIDER, RESIDUAL, Item, Mapped, items_of, map_item, new_message_id
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    from surfacelog.actors.client import SessionHandle
 
 ERASER_MODEL: Final = "openai-agents/eraser"
 """The model name on the source of the empty ``assistant/message`` pop and clear append."""
@@ -93,13 +97,17 @@ class SurfacelogSession:
     - ``db_path``: an embedded surfacelog SQLite file, opened on first use by this
       session (no Ray); ``store_options`` go to ``SqliteEventStore.open``;
     - ``store``: an open ``EventStore`` shared by several sessions (the caller closes it);
-    - ``handle``: a Ray ``SessionHandle`` (``surfacelog.connect(...).session(id)``).
+    - ``handle``: any ``SessionLike`` (``surfacelog.runtime``): a Ray ``SessionHandle``
+      (``surfacelog.connect(...).session(id)``), or an ``EmbeddedHandle``.
 
-    The embedded forms take the session for writing (writer epoch) at their first write,
-    not when reading: one writing adapter per session at a time (a later writer fences
-    an earlier one); use the Ray form to share a session between processes. Use one
-    adapter from one event loop; ``await close()`` at the end (flushes, and closes the
-    store it opened).
+    The embedded forms go through an ``EmbeddedHandle``: they take the session for
+    writing (writer epoch) at their first write, not when reading: one writing adapter
+    per session at a time (a later writer fences an earlier one); use the Ray form to
+    share a session between processes. Every write is planned from a read of the
+    surface and lands exactly after it (``expected_seq``), planned again when anything
+    was appended in between (``append_planned``), so both forms write the same way. Use
+    one adapter from one event loop; ``await close()`` at the end (flushes, and closes
+    the store it opened).
 
     ``durable`` (embedded): ``add_items``/``pop_item``/``clear_session`` return once the
     write is committed (the SDK's ``SQLiteSession`` guarantee); ``False`` returns once
@@ -111,7 +119,7 @@ class SurfacelogSession:
     """
 
     def __init__(self, session_id: str, db_path: str | Path | None = None, *,
-                 store: EventStore | None = None, handle: SessionHandle | None = None,
+                 store: EventStore | None = None, handle: SessionLike | None = None,
                  session_settings: Any = None, model: str = "agents-sdk",
                  durable: bool = True, store_options: dict[str, Any] | None = None,
                  compact_at: int = 8000, retain_tokens: int = 2000,
@@ -127,21 +135,36 @@ class SurfacelogSession:
         self.compact_at = compact_at
         self.retain_tokens = retain_tokens
         self.summarize = summarize or extractive_summary
-        backend: Backend
-        if handle is not None:
-            if handle.session_id != session_id:
-                raise ValueError(f"handle is for session {handle.session_id!r}, "
-                                 f"not {session_id!r}")
-            backend = HandleBackend(handle)
-        else:
-            backend = EmbeddedBackend(session_id, path=db_path, store=store,
-                                      durable=durable, store_options=store_options)
-        self.backend = backend
+        if handle is not None and handle.session_id != session_id:
+            raise ValueError(f"handle is for session {handle.session_id!r}, "
+                             f"not {session_id!r}")
+        self._given = handle
+        self._handle: SessionLike | None = handle
+        self._path = db_path
+        self._store = store
+        self._opened_store: EventStore | None = None  # opened here from db_path
+        self._durable = durable
+        self._store_options = dict(store_options or {})
         self._lock = asyncio.Lock()
         self._memo: dict[int, tuple[int, bytes]] = {}
         self._buffer = bytearray(b"[")
         self._buffered = 0  # nodes whose items are in _buffer
         self._buffer_generation = -1
+
+    async def handle(self) -> SessionLike:
+        """The session the adapter reads and writes: the handle it was given, or an
+        ``EmbeddedHandle`` over its store (opening the store of ``db_path`` first)."""
+        if self._handle is None:
+            store = self._store
+            if store is None:
+                from surfacelog.store.sqlite import SqliteEventStore
+
+                assert self._path is not None
+                store = self._opened_store = await SqliteEventStore.open(
+                    self._path, **self._store_options)
+            self._handle = EmbeddedHandle(
+                self.session_id, store, durability="durable" if self._durable else "buffered")
+        return self._handle
 
     # -- reading -----------------------------------------------------------------------
 
@@ -205,7 +228,7 @@ class SurfacelogSession:
         negative limit: all, like ``SQLiteSession``). Fresh objects on every call."""
         limit = self._limit(limit)
         async with self._lock:
-            view = await self.backend.view()
+            view = await View.read(await self.handle())
             if limit is None or limit < 0:
                 return self._all_items(view)
             if limit == 0:
@@ -214,9 +237,10 @@ class SurfacelogSession:
 
     # -- writing -----------------------------------------------------------------------
 
-    async def _write(self, plan: Callable[[View], Sequence[AppendSpec]]) -> list[Event]:
+    async def _write(self, plan: Callable[[View], Sequence[AppendSpec]]
+                     ) -> Sequence[Event]:
         try:
-            return await self.backend.write(plan)
+            return await append_planned(await self.handle(), plan)
         except BaseException:
             self._forget()
             raise
@@ -333,7 +357,7 @@ class SurfacelogSession:
 
         async with self._lock:
             try:
-                await self.backend.compact(plan)
+                await compact_planned(await self.handle(), plan)
             except BaseException:
                 self._forget()
                 raise
@@ -341,14 +365,27 @@ class SurfacelogSession:
     async def flush(self) -> None:
         """Wait until every write is durable (a no-op for durable writes)."""
         async with self._lock:
-            await self.backend.flush()
+            if self._handle is not None:
+                await self._handle.flush()
 
     async def close(self) -> None:
-        """Flush, and close the store this session opened (``db_path``). A later call
-        loads the session again (and a later write takes it for writing anew)."""
+        """Flush, and close the store this session opened (``db_path``). Embedded, a
+        later call loads the session again (and a later write takes it for writing
+        anew); a handle given to the adapter is flushed and stays the caller's."""
         async with self._lock:
             self._forget()
-            await self.backend.close()
+            handle, store = self._handle, self._opened_store
+            if handle is None:
+                return
+            if handle is self._given:
+                await handle.flush()
+                return
+            self._handle = self._opened_store = None
+            try:
+                await handle.passivate()
+            finally:
+                if store is not None:
+                    await store.close()
 
 
 def _find_call(view: View, call_id: str) -> tuple[str, str]:

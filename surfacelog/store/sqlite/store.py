@@ -17,7 +17,7 @@ from surfacelog.schema.errors import DecodeError, InvalidArgument
 from surfacelog.schema.events import Event
 from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.header import SessionHeader, check_header, header_to_json
-from surfacelog.store.base import EventStore, SessionInfo
+from surfacelog.store.base import EventStore, ScopedEventStore, SessionInfo
 from surfacelog.store.errors import (
     DatabaseNotFound,
     SeqMismatch,
@@ -157,7 +157,7 @@ def _checked_at_end(header: SessionHeader, batches: Iterable[Sequence[Event | Pa
 # -- the store -------------------------------------------------------------------------
 
 
-class SqliteEventStore(EventStore):
+class SqliteEventStore(ScopedEventStore):
     """Session logs in one SQLite database file, written behind with group commit.
 
     Open with ``await SqliteEventStore.open(path, ...)``. The file is checked before it
@@ -179,8 +179,9 @@ class SqliteEventStore(EventStore):
     Reads (``load``, ``read_since``, ``header``, ``list_sessions``) see committed events
     only; ``flush()`` first to include queued ones. Use one store from one event loop.
 
-    It implements the ``EventStore`` primitives; ``create``, ``append``, ``load``,
-    ``open_session``... come from ``EventStore``, the same for every backend.
+    It implements the ``EventStore`` primitives and the scopes, state and deletion of a
+    ``ScopedEventStore``; ``create``, ``append``, ``load``, ``open_session``... come
+    from ``EventStore``, the same for every backend.
     """
 
     def __init__(self, path: Path, conn: ConnectionThread, writer: GroupWriter) -> None:
@@ -372,7 +373,7 @@ class SqliteEventStore(EventStore):
 
     async def set_scope(self, session_id: str, app_name: str, user_id: str, *,
                         state: Mapping[str, Any] | None = None, at: int) -> None:
-        """See ``EventStore.set_scope``."""
+        """See ``ScopedEventStore.set_scope``."""
         self._check_open()
         await self._run(partial(scoped_sql.set_scope, session_id, app_name, user_id,
                                 dict(state or {}), at), f"scope session {session_id!r}")
@@ -380,7 +381,7 @@ class SqliteEventStore(EventStore):
     async def append_with_state(self, session_id: str, events: Sequence[Event],
                                 delta: Mapping[str, Any], *, epoch: int, at: int,
                                 durable: bool = True) -> None:
-        """See ``EventStore.append_with_state``: the delta is written in the batch's own
+        """See ``ScopedEventStore.append_with_state``: the delta is written in the batch's own
         savepoint of its group commit."""
         self._check_open()
         state = scoped_sql.StateWrite(split_delta(delta), at)
@@ -391,26 +392,26 @@ class SqliteEventStore(EventStore):
             await waiter
 
     async def scope_of(self, session_id: str) -> ScopedSession:
-        """See ``EventStore.scope_of``."""
+        """See ``ScopedEventStore.scope_of``."""
         self._check_open()
         return await self._run(partial(scoped_sql.scope_of, session_id),
                                f"read the scope of session {session_id!r}")
 
     async def get_state(self, session_id: str) -> ScopedState:
-        """See ``EventStore.get_state``."""
+        """See ``ScopedEventStore.get_state``."""
         self._check_open()
         return await self._run(partial(scoped_sql.get_state, session_id),
                                f"read the state of session {session_id!r}")
 
     async def user_state(self, app_name: str, user_id: str) -> dict[str, Any]:
-        """See ``EventStore.user_state``."""
+        """See ``ScopedEventStore.user_state``."""
         self._check_open()
         return await self._run(partial(scoped_sql.user_state, app_name, user_id),
                                "read user state")
 
     async def update_state(self, session_id: str, delta: Mapping[str, Any], *,
                            at: int) -> None:
-        """See ``EventStore.update_state``."""
+        """See ``ScopedEventStore.update_state``."""
         self._check_open()
         await self._run(partial(scoped_sql.update_state, session_id, dict(delta), at),
                         f"update the state of session {session_id!r}")
@@ -418,14 +419,14 @@ class SqliteEventStore(EventStore):
     async def list_scoped(self, app_name: str, user_id: str | None = None, *,
                           after: str | None = None, limit: int | None = None
                           ) -> SessionPage:
-        """See ``EventStore.list_scoped``."""
+        """See ``ScopedEventStore.list_scoped``."""
         self._check_open()
         check_page(limit)
         return await self._run(partial(scoped_sql.list_scoped, app_name, user_id, after,
                                        limit), "list scoped sessions")
 
     async def delete_session(self, session_id: str, *, at: int) -> None:
-        """See ``EventStore.delete_session``: batches queued before it are committed
+        """See ``ScopedEventStore.delete_session``: batches queued before it are committed
         first, then the tombstone and the epoch bump in one transaction."""
         self._check_open()
         await self._writer.drain()
@@ -433,7 +434,7 @@ class SqliteEventStore(EventStore):
                         f"delete session {session_id!r}")
 
     async def purge_session(self, session_id: str) -> None:
-        """See ``EventStore.purge_session``."""
+        """See ``ScopedEventStore.purge_session``."""
         self._check_open()
         await self._writer.drain()
         await self._run(partial(scoped_sql.purge_session, session_id),

@@ -1,12 +1,30 @@
-"""``LiveSession``: one live session behind an actor — the core ``Session``, its writer
-epoch, and the lock that applies its mutations one at a time.
+"""``LiveSession``: one live session and its writer lifecycle — the core ``Session``, its
+writer epoch, and the lock that applies its mutations one at a time.
 
-It is plain asyncio (no Ray), so the same code runs in a dedicated actor, in a packed
-actor hosting thousands of sessions, or in-process. Every mutation holds the lock from
-validation to persistence: Ray async actors interleave calls at every ``await``, and the
-lock is what keeps acceptance order equal to log order. A mutation is applied to the
-core inside ``Session.atomic()`` and persisted before the block ends, so a refused or
-failed write leaves the in-memory session exactly as it was.
+The lifecycle, written once for every host (the Ray session actor, the embedded handle
+the adapters use in-process):
+
+1. **Loaded, not taken** (``LiveSession.load``): the stored log replayed through the
+   core with ``EventStore.load`` — no writer epoch bump, no seed marker, nothing written,
+   nobody fenced. A session that is not stored yet is an empty one, stored by the first
+   write.
+2. **Taken** at the first write (``take``, or ``open_or_create`` when it was not
+   stored): the writer epoch is bumped, which fences every earlier writer, and the seed
+   marker and crash-repair closers are stored durably under the new epoch. A session
+   stored further since the load is read again whole first (the write is then refused
+   as a ``Conflict`` when it expected the old length, and re-planned by its caller).
+   ``LiveSession.activate`` loads and takes in one step (what a session actor does: it
+   is the session's writer in the deployment and repairs a crashed turn before it
+   serves).
+3. **Writing**: a mutation is applied to the core inside ``Session.atomic()`` and
+   persisted under the epoch before the block ends, so a refused or failed write leaves
+   the in-memory session exactly as it was. ``WriterFenced`` closes the session as
+   fenced; a write of unknown outcome closes it as ``RELOAD`` (its host loads it again
+   from the store, the truth).
+
+It is plain asyncio (no Ray). Every mutation holds the lock from validation to
+persistence: Ray async actors (and any asyncio caller) interleave calls at every
+``await``, and the lock is what keeps acceptance order equal to log order.
 """
 
 from __future__ import annotations
@@ -14,18 +32,13 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
-from msgspec import UNSET, to_builtins
+from msgspec import UNSET, Struct, to_builtins
 
-from surfacelog.actors.protocol import (
-    Conflict,
-    Durability,
-    SessionStats,
-    SessionUnavailable,
-)
+from surfacelog.runtime.errors import Conflict, SessionUnavailable
 from surfacelog.schema.errors import NestingError
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
@@ -50,8 +63,19 @@ from surfacelog.session.context import context_spec
 from surfacelog.session.fork import SESSION_ALREADY_EXISTS, ForkError
 from surfacelog.session.jsonvalue import json_equal
 from surfacelog.session.pressure import ContextPressure, PressureTracker
-from surfacelog.store.base import EventStore
-from surfacelog.store.errors import BadEvent, SessionNotFound, WriterFenced
+from surfacelog.store.base import EventStore, require_scoped
+from surfacelog.store.errors import BadEvent, SessionDeleted, SessionNotFound, WriterFenced
+from surfacelog.store.scoped import split_delta
+
+Durability = Literal["durable", "buffered"]
+"""How a live session's appends are acknowledged: ``durable`` once committed,
+``buffered`` once queued for the store (``flush`` is the barrier)."""
+
+RELOAD = "reloading: a write's outcome is unknown"
+"""``LiveSession.closed`` after a failed write: load the session again."""
+
+FENCED = "fenced by a newer writer"
+"""``LiveSession.closed`` after ``WriterFenced``: another writer took the session."""
 
 
 def _same_event(session: Session, spec: AppendSpec, event: Event) -> bool:
@@ -62,8 +86,10 @@ def _same_event(session: Session, spec: AppendSpec, event: Event) -> bool:
     return json_equal(to_builtins(built), to_builtins(event))
 
 
-RELOAD = "reloading: a write's outcome is unknown"
-"""``LiveSession.closed`` after a failed write: activate the session again."""
+def new_header(session_id: str, cwd: str | None = None) -> SessionHeader:
+    """The header of a session created now by a live session's first write."""
+    return SessionHeader(version=SESSION_FORMAT_VERSION, id=session_id,
+                         created_at=now_ms(), cwd=UNSET if cwd is None else cwd)
 
 
 class Appended(NamedTuple):
@@ -74,11 +100,43 @@ class Appended(NamedTuple):
     appended: bool
 
 
-class LiveSession:
-    """A session taken for writing. Build it with ``activate``."""
+class StateDelta(NamedTuple):
+    """A state delta written with an append, all or nothing
+    (``ScopedEventStore.append_with_state``): ``delta`` (``app:``, ``user:``, session
+    keys; ``temp:`` dropped) and its update time ``at`` (ms)."""
 
-    def __init__(self, session: Session, store: EventStore, epoch: int,
-                 durability: Durability, activation_ms: float) -> None:
+    delta: Mapping[str, Any]
+    at: int
+
+
+class SessionStats(Struct, frozen=True):
+    """What a host reports about one live session (``epoch`` is 0 while it is loaded,
+    not taken)."""
+
+    session_id: str
+    length: int
+    nodes: int
+    replace_generation: int
+    epoch: int
+    appends: int
+    replaces: int
+    conflicts: int
+    activated_at_ms: int
+    last_activity_ms: int
+    activation_ms: float
+    pid: int
+
+
+class LiveSession:
+    """One session, loaded (``load``) or taken for writing (``activate``); see the
+    module's docstring for its lifecycle."""
+
+    def __init__(self, session: Session, store: EventStore, epoch: int | None,
+                 durability: Durability, activation_ms: float, *,
+                 stored: bool = True) -> None:
+        """Use ``load`` or ``activate``. ``epoch`` ``None``: loaded, not taken;
+        ``stored``: whether the store holds the session (a loaded one may not be
+        stored yet)."""
         if session.id is None:
             raise ValueError("a hosted session needs a header with an id")
         self.session_id: str = session.id
@@ -94,26 +152,51 @@ class LiveSession:
         self.appends = 0
         self.replaces = 0
         self.conflicts = 0
+        self._stored = stored
         self._pressure = PressureTracker()
 
     @classmethod
     async def activate(cls, session_id: str, store: EventStore, *,
                        durability: Durability = "durable", create: bool = True,
                        cwd: str | None = None) -> LiveSession:
-        """Take ``session_id`` for writing: load it (the shared activation,
-        ``surfacelog.store.activation``, bumps the writer epoch, validates the log and
-        appends the seed marker and crash-repair closers durably, over any store), or
-        create it when missing and ``create``. Raises ``SessionNotFound``,
-        ``CorruptStore``."""
+        """Load ``session_id`` and take it for writing in one step (the shared
+        activation, ``surfacelog.store.activation``: epoch bump, validation, seed marker
+        and crash-repair closers stored durably), or create it when missing and
+        ``create``. Raises ``SessionNotFound`` (``SessionDeleted``), ``CorruptStore``,
+        the store's errors."""
         started = time.perf_counter()
         if create:
-            opened = await store.open_or_create(SessionHeader(
-                version=SESSION_FORMAT_VERSION, id=session_id, created_at=now_ms(),
-                cwd=UNSET if cwd is None else cwd))
+            opened = await store.open_or_create(new_header(session_id, cwd))
         else:
             opened = await store.open_session(session_id)
         return cls(opened.session, store, opened.epoch, durability,
                    (time.perf_counter() - started) * 1000.0)
+
+    @classmethod
+    async def load(cls, session_id: str, store: EventStore, *,
+                   durability: Durability = "durable", create: bool = True,
+                   cwd: str | None = None) -> LiveSession:
+        """Load ``session_id`` without taking it (``EventStore.load``: no epoch bump,
+        nothing written, nobody fenced); the first mutation takes it. When it is not
+        stored and ``create``: an empty session, stored by the first mutation. Raises
+        ``SessionNotFound`` (not stored and not ``create``), ``SessionDeleted`` (always:
+        a deleted id stays taken), ``CorruptStore``, the store's errors."""
+        started = time.perf_counter()
+        try:
+            session, stored = await store.load(session_id), True
+        except SessionDeleted:
+            raise  # its id stays taken until a purge: never created again here
+        except SessionNotFound:
+            if not create:
+                raise
+            session, stored = Session(header=new_header(session_id, cwd)), False
+        return cls(session, store, None, durability,
+                   (time.perf_counter() - started) * 1000.0, stored=stored)
+
+    @property
+    def taken(self) -> bool:
+        """Whether the session is taken for writing (it has a writer epoch)."""
+        return self.epoch is not None
 
     # -- guarding ----------------------------------------------------------------------
 
@@ -122,8 +205,35 @@ class LiveSession:
             raise SessionUnavailable(f"session {self.session_id!r} is {self.closed}")
         self.last_activity = time.monotonic()
 
-    async def _persist(self, events: Sequence[Event]) -> None:
-        """Write ``events`` (the caller rolls the session back if this raises).
+    async def _take(self) -> int:
+        """The writer epoch, taking the session first when it is only loaded (caller
+        holds the lock). On failure the session stays loaded as it was (``take`` is all
+        or nothing), except ``WriterFenced``: an even newer writer took it meanwhile,
+        and this one closes as fenced. Raises ``SessionNotFound`` (``SessionDeleted``),
+        ``CorruptStore``, ``WriterFenced``, the store's errors."""
+        if self.epoch is not None:
+            return self.epoch
+        try:
+            if self._stored:
+                opened = await self.store.take(self.session_id, self.session)
+            else:
+                assert self.session.header is not None
+                opened = await self.store.open_or_create(self.session.header)
+        except WriterFenced:
+            self.closed = FENCED
+            raise
+        if opened.session is not self.session:
+            # Read again whole (another writer stored events since the load): what the
+            # pressure tracker saw may no longer be this log's prefix.
+            self.session = opened.session
+            self._pressure = PressureTracker()
+        self._stored, self.epoch = True, opened.epoch
+        return opened.epoch
+
+    async def _persist(self, events: Sequence[Event], state: StateDelta | None = None
+                       ) -> None:
+        """Write ``events`` (and ``state`` with them, all or nothing) under the writer
+        epoch; the caller rolls the session back if this raises.
 
         Only ``BadEvent`` and ``NestingError`` (this batch refused whole where its rows are
         encoded, nothing written) leave the live session serving. After any other failure
@@ -131,14 +241,21 @@ class LiveSession:
         failed stays queued and is retried, a journal that stayed down past
         ``JOURNAL_RESTART_S`` may have committed before it died, an earlier buffered
         batch may have been refused.
-        The live session then closes as ``RELOAD``, and the next request activates the session
+        The live session then closes as ``RELOAD``, and its host loads the session
         again from the store, the truth; an ``expected_seq`` retry then finds its events
         or appends them, exactly once."""
+        assert self.epoch is not None
+        durable = self.durability == "durable"
         try:
-            await self.store.append(self.session_id, events, epoch=self.epoch,
-                                    durable=self.durability == "durable")
+            if state is None:
+                await self.store.append(self.session_id, events, epoch=self.epoch,
+                                        durable=durable)
+            else:
+                await require_scoped(self.store, "a state delta").append_with_state(
+                    self.session_id, events, state.delta, epoch=self.epoch, at=state.at,
+                    durable=durable)
         except WriterFenced:
-            self.closed = "fenced by a newer writer"
+            self.closed = FENCED
             raise
         except (BadEvent, NestingError):  # refused where the rows are encoded: nothing sent
             raise
@@ -146,10 +263,12 @@ class LiveSession:
             self.closed = RELOAD
             raise
 
-    async def _commit(self, specs: Sequence[AppendSpec], owned: bool = False) -> list[Event]:
+    async def _commit(self, specs: Sequence[AppendSpec], owned: bool = False,
+                      state: StateDelta | None = None) -> list[Event]:
+        await self._take()
         with self.session.atomic():
             events = self.session.append_batch(specs, owned=owned)
-            await self._persist(events)
+            await self._persist(events, state)
         self.appends += len(events)
         return events
 
@@ -158,7 +277,8 @@ class LiveSession:
     async def append_batch(self, specs: Sequence[AppendSpec],
                            expected_seq: int | None = None, *,
                            owned: bool = False) -> list[Event]:
-        """Append ``specs`` all or nothing and persist them.
+        """Append ``specs`` all or nothing and persist them, taking the session first
+        when it is only loaded.
 
         With ``expected_seq``: when the log already holds these very events at that seq
         (a retried request) they are returned and nothing is appended; when that seq is
@@ -170,16 +290,24 @@ class LiveSession:
 
     async def append_request(self, specs: Sequence[AppendSpec],
                              expected_seq: int | None = None, *,
-                             owned: bool = False) -> Appended:
+                             owned: bool = False,
+                             state: StateDelta | None = None) -> Appended:
         """``append_batch``, telling whether the events were appended now or found in
-        the log (a retried request)."""
+        the log (a retried request). ``state``: a state delta written with the events,
+        all or nothing (a retried request found in the log had its delta written with
+        it); raises ``InvalidArgument`` for a value that is not JSON and ``Unsupported``
+        when the store keeps no state, before anything is appended."""
+        if state is not None:
+            require_scoped(self.store, "a state delta")
+            split_delta(state.delta)  # a bad value: refused before the session changes
         async with self.lock:
             self._touch()
+            await self._take()  # its seal may lengthen the log: checked after it
             if expected_seq is not None:
                 length = len(self.session)
                 if expected_seq != length:
                     return Appended(self._replayed(specs, expected_seq, length), False)
-            return Appended(await self._commit(specs, owned), True)
+            return Appended(await self._commit(specs, owned, state), True)
 
     def _replayed(self, specs: Sequence[AppendSpec], expected_seq: int,
                   length: int) -> list[Event]:
@@ -214,6 +342,7 @@ class LiveSession:
         (start, end with the error). Raises ``Conflict`` when stale."""
         async with self.lock:
             self._touch()
+            await self._take()
             with self._stale_is_conflict():
                 check_compaction(self.session, req)
             events = await self._commit(compaction_specs(
@@ -228,6 +357,7 @@ class LiveSession:
         current tool result."""
         async with self.lock:
             self._touch()
+            await self._take()
             with self._stale_is_conflict():
                 target = check_prune(self.session, req)
             events = await self._commit(prune_specs(target, req, at=len(self.session)))
@@ -241,6 +371,7 @@ class LiveSession:
         harmless). Raises ``ContextError``, ``SurfaceError``, store errors."""
         async with self.lock:
             self._touch()
+            await self._take()
             spec = context_spec(self.session, payload)
             if spec is None:
                 return None
@@ -287,6 +418,8 @@ class LiveSession:
             raise
 
     # -- reads ---------------------------------------------------------------------------
+    # A host calls them holding ``lock``: a batch whose write is in flight may still be
+    # rolled back, and must not be observed before it is kept.
 
     def events(self, since_seq: int = 0, limit: int | None = None) -> list[Event]:
         self._touch()
@@ -295,6 +428,12 @@ class LiveSession:
     def surface(self) -> SurfaceSnapshot:
         self._touch()
         return self.session.snapshot()
+
+    def current(self) -> Session:
+        """The core session itself, not copied: for a reader in this process that is
+        done with it before its next ``await`` (a write may change it then)."""
+        self._touch()
+        return self.session
 
     def surface_events(self) -> tuple[SurfaceSnapshot, list[Event]]:
         """The surface and the event of each node, for compactors and pruners."""
@@ -327,7 +466,7 @@ class LiveSession:
             length=len(self.session),
             nodes=len(surface.nodes),
             replace_generation=surface.replace_generation,
-            epoch=self.epoch,
+            epoch=self.epoch or 0,
             appends=self.appends,
             replaces=self.replaces,
             conflicts=self.conflicts,
@@ -349,4 +488,5 @@ class LiveSession:
                     self.closed = "passivated"
 
 
-__all__ = ["LiveSession"]
+__all__ = ["FENCED", "RELOAD", "Appended", "Durability", "LiveSession", "SessionStats",
+           "StateDelta", "new_header"]

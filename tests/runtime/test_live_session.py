@@ -1,5 +1,6 @@
-"""LiveSession on a real SQLite store, without Ray: ordering, exactly-once appends,
-compaction and prune requests, staleness, fencing."""
+"""LiveSession taken for writing at activation (as the session actor hosts it) on a real
+SQLite store, without Ray: ordering, exactly-once appends, compaction and prune
+requests, staleness, fencing, reloading after a write of unknown outcome."""
 
 from __future__ import annotations
 
@@ -9,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from surfacelog.actors.live import RELOAD, LiveSession
-from surfacelog.actors.protocol import Conflict, SessionUnavailable
 from surfacelog.actors.script import AgentScript, ScriptConfig
+from surfacelog.runtime import RELOAD, Conflict, LiveSession, SessionUnavailable
 from surfacelog.schema.errors import SurfaceError
 from surfacelog.session import AppendSpec, replay
 from surfacelog.session.compaction import CompactionRequest

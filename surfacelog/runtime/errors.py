@@ -1,0 +1,29 @@
+"""The errors a live session raises to its callers, wherever it runs (in a Ray actor or
+in this process): both pickle to the same class and message, so a Ray caller catches
+exactly what the session raised."""
+
+from __future__ import annotations
+
+from surfacelog.schema.errors import SurfacelogError
+from surfacelog.session.compaction import StaleRequest
+
+
+class Conflict(StaleRequest):
+    """The request was computed from a state the session has left (a stale
+    ``replace_generation``, or an ``expected_seq`` taken by other events). Nothing was
+    appended; re-read and retry. The live session raises the core's ``StaleRequest``
+    to callers as this."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), self.args)
+
+
+class SessionUnavailable(SurfacelogError):
+    """The session lost its writer role (fenced by a newer writer) or was shut down;
+    re-resolve the session and retry."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), self.args)
+
+
+__all__ = ["Conflict", "SessionUnavailable"]
