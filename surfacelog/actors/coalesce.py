@@ -59,8 +59,11 @@ class RequestError(SurfacelogError):
     (its neighbours in the call are not concerned)."""
 
     def __init__(self, error: BaseException) -> None:
-        super().__init__(error)
+        super().__init__(f"{type(error).__name__}: {error}")
         self.error = error
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.error,))
 
 
 @dataclass(frozen=True, slots=True)
