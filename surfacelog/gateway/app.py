@@ -36,14 +36,13 @@ from surfacelog.gateway.problems import (
     BodyTooLarge,
     OutcomeUnknown,
     ProblemReply,
-    SessionAlreadyExists,
-    UnknownSession,
     problem,
     problem_for,
 )
 from surfacelog.schema.codec import JSON_ENCODER
 from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.header import header_to_json
+from surfacelog.store.errors import SessionExists, SessionNotFound
 
 API_VERSION: Final = "1"
 TITLE: Final = "surfacelog gateway"
@@ -168,9 +167,9 @@ class Sessions:
         return stored
 
     async def existing(self, session_id: str) -> SessionHandle:
-        """The handle of a stored session. Raises ``UnknownSession``."""
+        """The handle of a stored session. Raises ``SessionNotFound``."""
         if not await self.stored(session_id):
-            raise UnknownSession(f"session {session_id!r} is not stored")
+            raise SessionNotFound(f"session {session_id!r} is not stored")
         return self.client.session(session_id)
 
 
@@ -244,7 +243,7 @@ def build_app(client: Client, auth: AuthConfig) -> FastAPI:
         session_id = allowed(grant, body.id if body.id is not None else new_id(
             prefix=grant.prefixes[0] if grant.prefixes else "s-"))
         if await sessions.stored(session_id):
-            raise SessionAlreadyExists(f"session {session_id!r} is stored already")
+            raise SessionExists(f"session {session_id!r} is stored already")
         stats = await client.session(session_id).stats()  # activating creates it
         sessions.remember(session_id)
         return _json(wire.Created(session_id, stats.length), 201)
@@ -365,7 +364,7 @@ def build_app(client: Client, auth: AuthConfig) -> FastAPI:
                            else new_id(session_id))
         handle = await sessions.existing(session_id)
         if await sessions.stored(child_id):
-            raise SessionAlreadyExists(f"session {child_id!r} is stored already")
+            raise SessionExists(f"session {child_id!r} is stored already")
         child = await handle.fork(body.boundary, child_id)
         sessions.remember(child.session_id)
         return _json(wire.Created(child.session_id, (await child.surface()).length), 201)

@@ -40,14 +40,6 @@ PROBLEM_MEDIA_TYPE: Final = "application/problem+json"
 RETRY_AFTER_S: Final = 1
 
 
-class UnknownSession(SurfacelogError):
-    """The request names a session that is not stored."""
-
-
-class SessionAlreadyExists(SurfacelogError):
-    """A create or fork names a session that is stored already."""
-
-
 class BadRequest(SurfacelogError):
     """A request whose parameters or body cannot be read (not JSON, a wrong field)."""
 
@@ -67,9 +59,7 @@ _BY_CLASS: Final[tuple[tuple[type[BaseException], int, str, str], ...]] = (
     (InvalidSessionId, 400, "invalid-session-id", "Invalid session id"),
     (BadRequest, 400, "bad-request", "Bad request"),
     (BodyTooLarge, 413, "body-too-large", "Body too large"),
-    (UnknownSession, 404, "unknown-session", "Unknown session"),
     (SessionNotFound, 404, "unknown-session", "Unknown session"),
-    (SessionAlreadyExists, 409, "session-exists", "Session already exists"),
     (SessionExists, 409, "session-exists", "Session already exists"),
     (StaleRequest, 409, "conflict", "Conflict"),  # Conflict is one
     (SplitsToolCall, 422, "splits-tool-call", "Replace would split a tool call"),

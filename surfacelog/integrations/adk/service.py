@@ -61,7 +61,6 @@ from typing_extensions import override
 
 from surfacelog.runtime.handle import MAX_REPLANS, EmbeddedHandle, SessionLike
 from surfacelog.schema.codec import encode_json
-from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.events import Event
 from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
@@ -85,13 +84,14 @@ PAGE: Final = 500
 """Sessions per page of the store's scoped listing read by ``list_sessions``."""
 
 
-class SessionAlreadyExists(AlreadyExistsError, SurfacelogError):
-    """``create_session`` with the id of a stored session (ADK's ``AlreadyExistsError``)."""
+class SessionAlreadyExists(AlreadyExistsError, SessionExists):
+    """``create_session`` with the id of a stored session: the store's ``SessionExists``,
+    as ADK's ``AlreadyExistsError`` (the type ADK's callers catch)."""
 
 
-class SessionMissing(SessionNotFoundError, SurfacelogError):
+class SessionMissing(SessionNotFoundError, SessionNotFound):
     """``append_event`` to a session that is not stored for that app and user, or was
-    deleted (ADK's ``SessionNotFoundError``)."""
+    deleted: the store's ``SessionNotFound``, as ADK's ``SessionNotFoundError``."""
 
 
 @dataclass
