@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import signal
-import sqlite3
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import aclosing
 from inspect import Parameter, Signature
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_type_hints
@@ -21,8 +19,8 @@ from rich.text import Text
 from surfacelog.cli.outputs import OutputError, check_output, write_atomic
 from surfacelog.cli.render import echo, surface_tree, text
 from surfacelog.cli.runmodel import RunConfig
-from surfacelog.schema.codec import LogFile, LogStream, encode_json, read_log
-from surfacelog.schema.errors import LineTooLong, LogError, SurfacelogError
+from surfacelog.schema.codec import LogFile, encode_json, read_log, reading
+from surfacelog.schema.errors import LogError, SurfacelogError, UnreadableLog
 from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.limits import MAX_LINE_BYTES
 from surfacelog.session import (
@@ -33,24 +31,27 @@ from surfacelog.session import (
 )
 from surfacelog.store import (
     SqliteEventStore,
-    StreamedImport,
     VerifyFailure,
     export_session,
-    import_log,
-    import_stream,
     verify_store,
 )
-from surfacelog.store.dsh_sources import (
-    DshSourceError,
-    is_dsh_database,
-    read_database,
-    session_files,
+from surfacelog.store.dsh_sources import is_dsh_database
+from surfacelog.store.errors import StoreError
+from surfacelog.store.importing import (
+    AlreadyStored,
+    Imported,
+    ImportOptions,
+    ImportTarget,
+    Outcome,
+    Refused,
+    SourceRead,
+    SourceUnreadable,
+    StoreTarget,
+    import_sources,
 )
-from surfacelog.store.errors import SessionExists, StoreError
-from surfacelog.store.jsonl import prepare_import
 from surfacelog.store.replica import LitestreamNotFound, ReplicaError, RestoreRefused
 from surfacelog.store.replica import restore as restore_replica
-from surfacelog.store.shardmap import Shard, ShardConfigError, ShardMap, load_shard_map
+from surfacelog.store.shardmap import ShardConfigError, ShardMap, load_shard_map
 from surfacelog.store.shardset import ShardedStores
 from surfacelog.store.verify import verify_shards
 
@@ -65,61 +66,18 @@ MaxLineOpt = Annotated[int, typer.Option(
     help="refuse an input line longer than this (the file is read line by line)")]
 
 
-class _Unreadable(SurfacelogError):
-    """A file cannot be read, or is not JSONL."""
-
-
-@contextmanager
-def _reading(path: Path) -> Iterator[None]:
-    """Reading ``path``: an error that means the file cannot be read or is not JSONL
-    becomes ``_Unreadable`` (exit 2); other ``LogError``s (a bad packed row...) pass."""
-    try:
-        yield
-    except OSError as exc:
-        raise _Unreadable(f"cannot read {path}: {exc.strerror or exc}") from exc
-    except LineTooLong as exc:
-        raise _Unreadable(f"{exc} (see --max-line-bytes)") from exc
-    except LogError as exc:
-        if exc.rule == "json":
-            raise _Unreadable(f"{path} is not JSONL: {exc}") from exc
-        if exc.rule == "zstd":
-            raise _Unreadable(f"{path} is not a readable zstd session file: {exc}") from exc
-        raise
+_LIMIT_OPTION = "--max-line-bytes"
+"""The option that raises the line limit, named by a too-long line's message."""
 
 
 def _read(path: Path, legacy: bool, max_line_bytes: int = MAX_LINE_BYTES) -> LogFile:
-    with _reading(path):
+    """The whole log file at ``path`` (marked first with ``legacy``). Raises
+    ``UnreadableLog`` (exit 2), ``LogError``."""
+    with reading(path, limit_option=_LIMIT_OPTION):
         log = read_log(path, max_line_bytes=max_line_bytes)
     if legacy:
         return LogFile(log.header, upgrade_legacy(log.events))
     return log
-
-
-def _records(path: Path, stream: LogStream) -> Iterator[list[Any]]:
-    """``stream.records()``, its errors translated as ``_read`` translates them."""
-    with _reading(path):
-        yield from stream.records()
-
-
-async def _import_streamed(path: Path, max_line_bytes: int,
-                           store: SqliteEventStore) -> StreamedImport:
-    """``import_stream`` of the file at ``path`` (memory: one block of it), with
-    ``_read``'s errors. Raises ``_Unreadable``, ``LogError``, ``StoreError``."""
-    with _reading(path):
-        stream = LogStream(path, max_line_bytes=max_line_bytes, runs=True)
-    with stream:
-        return await import_stream(store, stream, path, batches=_records(path, stream))
-
-
-async def _import_streamed_sharded(path: Path, max_line_bytes: int, stores: ShardedStores
-                                   ) -> tuple[Shard, StreamedImport] | None:
-    """``ShardedStores.import_stream`` of the file at ``path``, with ``_read``'s errors;
-    ``None`` when its home shard has no file yet (import it whole). Raises
-    ``_Unreadable``, ``LogError``, ``ShardFileError``, ``StoreError``."""
-    with _reading(path):
-        stream = LogStream(path, max_line_bytes=max_line_bytes, runs=True)
-    with stream:
-        return await stores.import_stream(stream, path, batches=_records(path, stream))
 
 
 class _NotASeq(SurfacelogError):
@@ -129,7 +87,7 @@ class _NotASeq(SurfacelogError):
 def _fold_one(path: Path, legacy: bool, max_line_bytes: int,
               at: int | None = None) -> tuple[dict[str, Any], Session]:
     """The fold of one file (as of seq ``at`` when given) and its session. Raises
-    ``_Unreadable``, ``LogError``, ``_NotASeq``."""
+    ``UnreadableLog``, ``LogError``, ``_NotASeq``."""
     log = _read(path, legacy, max_line_bytes)
     session = replay(log.events, log.header)
     if at is not None and not 0 <= at < len(session):
@@ -157,7 +115,7 @@ def _fold_print(path: Path, json: bool, legacy: bool, max_line_bytes: int,
     session: Session | None = None
     try:
         result, session = _fold_one(path, legacy, max_line_bytes, at)
-    except _Unreadable as exc:
+    except UnreadableLog as exc:
         status = 2
         result = {"file": str(path), "ok": False, "error": str(exc), "rule": "unreadable"}
     except _NotASeq as exc:
@@ -223,7 +181,7 @@ def repair(file: Annotated[Path, typer.Argument(help="JSONL session log")],
     try:
         log = _read(file, legacy, max_line_bytes)
         replay(log.events, log.header)
-    except _Unreadable as exc:
+    except UnreadableLog as exc:
         echo(exc, err=True)
         raise typer.Exit(2) from exc
     except LogError as exc:
@@ -447,168 +405,64 @@ def import_(db: DbArg = None,
     if not paths:
         raise _usage("import", "missing argument FILE...")
 
-    async def store_log(label: str, log: LogFile, path: Path,
-                        store: SqliteEventStore | ShardedStores) -> str:
-        torn = f"; {log.torn}" if log.torn else ""
-        if isinstance(store, ShardedStores):
-            shard, header = await store.import_log(log, path)
-            return (f"{label}: imported as session {header.id} on shard {shard.name} "
-                    f"({len(log.events)} events{torn})")
-        header = await import_log(store, log, path)
-        return f"{label}: imported as session {header.id} ({len(log.events)} events{torn})"
-
-    async def stored_events(store: SqliteEventStore | ShardedStores,
-                            session_id: str) -> list[Any]:
-        if isinstance(store, ShardedStores):
-            return await (await store.store(await store.find(session_id))).read_since(
-                session_id, 0)
-        return await store.read_since(session_id, 0)
-
-    async def store_resumable(label: str, log: LogFile, path: Path,
-                              store: SqliteEventStore | ShardedStores) -> tuple[str, int]:
-        """One session of a DSH root or database: imported, already stored (the same
-        events under its id: a resumed import), or refused with the rule."""
-        try:
-            return await store_log(label, log, path, store), 0
-        except SessionExists as exc:
-            return await stored_already(label, log, path, store, exc)
-        except LogError as exc:
-            return f"{label}: refused ({exc.rule}): {exc}", 1
-
-    async def stored_already(label: str, log: LogFile, path: Path,
-                             store: SqliteEventStore | ShardedStores,
-                             exc: SessionExists) -> tuple[str, int]:
-        """The report of a valid log whose id is stored: already stored when the same
-        events are, else refused."""
-        header, events = prepare_import(log, path)
-        if await stored_events(store, header.id) == events:
-            return (f"{label}: already stored as session {header.id} "
-                    f"({len(events)} events)"), 0
-        return (f"{label}: refused (exists): {exc}, with other events "
-                f"than this file's"), 1
-
-    async def file_resumable(path: Path, store: SqliteEventStore | ShardedStores
-                             ) -> tuple[str, int]:
-        """``store_resumable`` of one session file; into a single SQLite store,
-        streamed (memory: one block of the file; the file is read whole only to
-        compare it with a session already stored under its id). Raises
-        ``_Unreadable``, ``LogError``."""
-        try:
-            line = await streamed(path, store)
-        except SessionExists as exc:
-            return await stored_already(str(path), _read(path, False, max_line_bytes),
-                                        path, store, exc)
-        if line is None:  # a new shard: created only once the whole file is valid
-            return await store_resumable(str(path), _read(path, False, max_line_bytes),
-                                         path, store)
-        return line, 0
-
-    async def streamed(path: Path, store: SqliteEventStore | ShardedStores) -> str | None:
-        """Import the file at ``path`` streamed (memory: one block of it); its report
-        line, or ``None`` when its home shard has no file yet. Raises ``_Unreadable``,
-        ``LogError``, ``SessionExists``, ``ShardFileError``, ``StoreError``."""
-        if isinstance(store, SqliteEventStore):
-            done = await _import_streamed(path, max_line_bytes, store)
-            where = ""
-        else:
-            sharded = await _import_streamed_sharded(path, max_line_bytes, store)
-            if sharded is None:
-                return None
-            home, done = sharded
-            where = f" on shard {home.name}"
-        torn = f"; {done.torn}" if done.torn else ""
-        return (f"{path}: imported as session {done.header.id}{where} ({done.events} "
-                f"events{torn})")
-
-    async def import_root(root: Path, store: SqliteEventStore | ShardedStores) -> int:
-        try:
-            found = session_files(root)
-        except OSError as exc:
-            echo(f"cannot read {root}: {exc.strerror or exc}", err=True)
-            return 2
-        except DshSourceError as exc:
-            echo(exc, err=True)
-            return 2
-        status = 0
-        for path in found:
-            try:
-                line, failed = await file_resumable(path, store)
-            except _Unreadable as exc:
-                echo(f"{path}: refused (unreadable): {exc}", err=True)
-                status = max(status, 1)
-                continue
-            except LogError as exc:
-                echo(f"{path}: refused ({exc.rule}): {exc}", err=True)
-                status = max(status, 1)
-                continue
-            echo(line, err=bool(failed))
-            status = max(status, failed)
-        echo(f"{root}: {len(found)} DSH session file(s)")
-        return status
-
-    async def import_database(path: Path, store: SqliteEventStore | ShardedStores) -> int:
-        status = 0
-        count = 0
-        try:
-            for found in read_database(path):
-                count += 1
-                label = f"{path} session {found.session_id}"
-                if found.log is None:
-                    echo(f"{label}: refused (row): {found.error}", err=True)
-                    status = max(status, 1)
-                    continue
-                line, failed = await store_resumable(label, found.log, path, store)
-                echo(line, err=bool(failed))
-                status = max(status, failed)
-        except DshSourceError as exc:
-            echo(exc, err=True)
-            return 2
-        except sqlite3.Error as exc:
-            echo(f"cannot read DSH database {path}: {exc}", err=True)
-            return 2
-        echo(f"{path}: {count} DSH session(s)")
-        return status
-
-    async def store_one(path: Path, store: SqliteEventStore | ShardedStores) -> str:
-        if not legacy:
-            # Streamed: read, validated and stored block by block in one transaction.
-            line = await streamed(path, store)
-            if line is not None:
-                return line
-        log = _read(path, legacy, max_line_bytes)
-        return await store_log(str(path), log, path, store)
+    options = ImportOptions(legacy=legacy, max_line_bytes=max_line_bytes,
+                            limit_option=_LIMIT_OPTION)
 
     async def run() -> int:
-        status = 0
-        store: SqliteEventStore | ShardedStores
+        target: ImportTarget
         if shard_map is None:
             assert db is not None
-            store = await _open_store(Path(db), create=True, keep_failed=False)
+            target = StoreTarget(await _open_store(Path(db), create=True,
+                                                   keep_failed=False))
         else:
-            store = ShardedStores(shard_map, read_only=False, keep_failed=False)
+            target = ShardedStores(shard_map, read_only=False, keep_failed=False)
+        status = 0
         try:
-            for path in paths:
-                if path.is_dir():
-                    status = max(status, await import_root(path, store))
-                    continue
-                if is_dsh_database(path):
-                    status = max(status, await import_database(path, store))
-                    continue
-                try:
-                    done = await store_one(path, store)
-                except _Unreadable as exc:
-                    echo(exc, err=True)
-                    status = 2
-                except (LogError, StoreError) as exc:
-                    echo(f"{path}: not imported: {exc}", err=True)
-                    status = max(status, 1)
-                else:
-                    echo(done)
+            # Closed before the target even when printing fails: a DSH database the
+            # pipeline is reading is closed with it.
+            async with aclosing(import_sources(target, paths, options)) as outcomes:
+                async for outcome in outcomes:
+                    status = max(status, _report_import(outcome))
         finally:
-            await store.close()
+            await target.close()
         return status
 
     raise typer.Exit(_run_on_store(run()))
+
+
+def _report_import(outcome: Outcome) -> int:
+    """Print one outcome of ``import`` on its line (refusals on stderr); its exit
+    status: 2 for a file given by itself that cannot be read and for a DSH root or
+    database that cannot, 1 for any other refusal, else 0."""
+    match outcome:
+        case Imported(label, _, session_id, events, shard, torn):
+            where = "" if shard is None else f" on shard {shard}"
+            note = f"; {torn}" if torn else ""
+            echo(f"{label}: imported as session {session_id}{where} ({events} "
+                 f"events{note})")
+            return 0
+        case AlreadyStored(label, _, session_id, events):
+            echo(f"{label}: already stored as session {session_id} ({events} events)")
+            return 0
+        case Refused(_, "file", "unreadable", reason):
+            echo(reason, err=True)
+            return 2
+        case Refused(label, "file", _, reason):
+            echo(f"{label}: not imported: {reason}", err=True)
+            return 1
+        case Refused(label, _, rule, reason):
+            echo(f"{label}: refused ({rule}): {reason}", err=True)
+            return 1
+        case SourceRead(path, "root", sessions):
+            echo(f"{path}: {sessions} DSH session file(s)")
+            return 0
+        case SourceRead(path, _, sessions):
+            echo(f"{path}: {sessions} DSH session(s)")
+            return 0
+        case SourceUnreadable(_, reason):
+            echo(reason, err=True)
+            return 2
+    raise AssertionError(f"unknown import outcome {outcome!r}")
 
 
 def _is_sqlite(path: Path) -> bool:
