@@ -30,7 +30,7 @@ WriterChoice = Literal["auto", Writer]
 class RunConfig:
     """Every option of ``surfacelog run``, each with its default and its help text.
 
-    The ``run`` command's parameters are made from these fields (``cli.commands``), so
+    The ``run`` command's parameters are made from these fields (``commands.run``), so
     an option is added, renamed or given a new default here and nowhere else. Choices
     are ``Literal`` types, which typer turns into validated choices.
     """
