@@ -13,7 +13,9 @@ import typer
 
 from surfacelog.cli.commands import database, logs, run, serve
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+# Plain help and usage errors (click's), not typer's rich panels: rendering those
+# imports rich and costs ``surfacelog --help`` more than everything else it loads.
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Event-sourced agent session logs with a replaceable surface.")
 logs.register(app)
 database.register(app)

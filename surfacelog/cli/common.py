@@ -1,22 +1,25 @@
 """What the command groups share: the options several commands take, the one-line
 exits (usage errors, failures), the choice between DB and ``--shards FILE``, and the
-opening of a store with its one-line refusal."""
+opening of a store with its one-line refusal.
+
+Importing it is cheap (typer, and ``SurfacelogError`` for ``CannotOpen``): the helpers
+import the store, asyncio and rich when called, so that every group module can import
+it at start-up without slowing ``surfacelog --help`` or ``fold``.
+"""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from surfacelog.cli.outputs import OutputError, check_output
-from surfacelog.cli.render import echo
 from surfacelog.schema.errors import SurfacelogError
-from surfacelog.store import SqliteEventStore
-from surfacelog.store.errors import StoreError
-from surfacelog.store.shardmap import ShardConfigError, ShardMap, load_shard_map
+
+if TYPE_CHECKING:
+    from surfacelog.store.shardmap import ShardMap
+    from surfacelog.store.sqlite import SqliteEventStore
 
 T = TypeVar("T")
 
@@ -51,6 +54,9 @@ def either(command: str, db: str | None, shards: Path | None) -> ShardMap | None
     """The shard map of ``--shards`` (``None`` for a single DB). Exits 2 with a one-line
     message unless exactly one of DB and ``--shards`` is given, or when the shard
     configuration cannot be read or is malformed."""
+    from surfacelog.cli.render import echo
+    from surfacelog.store.shardmap import ShardConfigError, load_shard_map
+
     if db is not None and shards is not None:
         raise usage(command, "give either DB or --shards FILE, not both")
     if shards is None:
@@ -69,6 +75,8 @@ def either(command: str, db: str | None, shards: Path | None) -> ShardMap | None
 
 def fail(exc: Exception) -> typer.Exit:
     """Print ``exc`` on one line; the exit (status 1) to raise."""
+    from surfacelog.cli.render import echo
+
     echo(exc, err=True)
     return typer.Exit(1)
 
@@ -83,6 +91,9 @@ async def open_store(db: Path, *, create: bool = False, read_only: bool = False,
     never created, never written). Raises ``CannotOpen`` with a one-line message: a
     missing database ("no database at DB"), a file of another build, a foreign,
     truncated or unreadable file."""
+    from surfacelog.store.errors import StoreError
+    from surfacelog.store.sqlite import SqliteEventStore
+
     try:
         return await SqliteEventStore.open(db, create=create, read_only=read_only,
                                            keep_failed=keep_failed)
@@ -96,6 +107,10 @@ async def open_store(db: Path, *, create: bool = False, read_only: bool = False,
 
 def run_on_store(work: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run(work)``, turning ``CannotOpen`` into its one line and exit 2."""
+    import asyncio
+
+    from surfacelog.cli.render import echo
+
     try:
         return asyncio.run(work)
     except CannotOpen as exc:
@@ -107,6 +122,9 @@ def refuse_unsafe_output(output: Path | None, databases: list[str], force: bool)
     """Refuse (exit 2, one line) an output that would destroy data: see ``outputs``."""
     if output is None:
         return
+    from surfacelog.cli.outputs import OutputError, check_output
+    from surfacelog.cli.render import echo
+
     try:
         check_output(output, databases=databases, force=force)
     except OutputError as exc:

@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from typer import BadParameter, Option
 
-from surfacelog.actors.config import Durability, Placement, Writer
-from surfacelog.actors.script import AppendMode
+from surfacelog.actors.choices import AppendMode, Durability, Placement, Writer
 
 if TYPE_CHECKING:
     from surfacelog.actors.compactor import CompactorStats

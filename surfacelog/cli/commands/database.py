@@ -4,15 +4,11 @@ configuration (``--shards FILE``)."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
-from contextlib import aclosing
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import msgspec
 import typer
-from rich.console import Console
 
 from surfacelog.cli.common import (
     LIMIT_OPTION,
@@ -29,32 +25,16 @@ from surfacelog.cli.common import (
     run_on_store,
     usage,
 )
-from surfacelog.cli.forking import FORK_EXIT, fork_stored
-from surfacelog.cli.outputs import OutputError, write_atomic
-from surfacelog.cli.render import echo, text
-from surfacelog.schema.codec import encode_json
 from surfacelog.schema.limits import MAX_LINE_BYTES
-from surfacelog.session.fork import ForkError
-from surfacelog.store import SqliteEventStore, VerifyFailure, export_session, verify_store
-from surfacelog.store.dsh_sources import is_dsh_database
-from surfacelog.store.errors import StoreError
-from surfacelog.store.importing import (
-    AlreadyStored,
-    Imported,
-    ImportOptions,
-    ImportTarget,
-    Outcome,
-    Refused,
-    SourceRead,
-    SourceUnreadable,
-    StoreTarget,
-    import_sources,
-)
-from surfacelog.store.replica import LitestreamNotFound, ReplicaError, RestoreRefused
-from surfacelog.store.replica import restore as restore_replica
-from surfacelog.store.shardmap import ShardMap
-from surfacelog.store.shardset import ShardedStores
-from surfacelog.store.verify import verify_shards
+
+if TYPE_CHECKING:
+    from surfacelog.store import SqliteEventStore, VerifyFailure
+    from surfacelog.store.importing import ImportTarget, Outcome
+    from surfacelog.store.shardmap import ShardMap
+    from surfacelog.store.shardset import ShardedStores
+
+# The store, the codec, rich and the import pipeline are imported inside each command:
+# registering these commands must cost ``surfacelog --help`` and ``fold`` nothing.
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _PAGE = 50
@@ -73,6 +53,8 @@ def register(app: typer.Typer) -> None:
 
 def _write(content: bytes, output: Path | None) -> None:
     """``content`` to ``output`` (atomically), or to stdout."""
+    from surfacelog.cli.outputs import write_atomic
+
     if output is None:
         sys.stdout.buffer.write(content)
         sys.stdout.flush()
@@ -112,6 +94,13 @@ def export(db: DbArg = None,
     store cannot be opened, the output is refused, on a usage error or a bad shard
     configuration.
     """
+    import asyncio
+
+    from surfacelog.cli.outputs import OutputError
+    from surfacelog.store.errors import StoreError
+    from surfacelog.store.jsonl import export_session
+    from surfacelog.store.shardset import ShardedStores
+
     if (shards is not None and session is None and db is not None
             and not _is_sqlite(Path(db))):
         db, session = None, db
@@ -181,6 +170,12 @@ def import_(db: DbArg = None,
     be read or is not JSONL or the store cannot be opened, on a usage error or a bad
     shard configuration.
     """
+    from contextlib import aclosing
+
+    from surfacelog.store.dsh_sources import is_dsh_database
+    from surfacelog.store.importing import ImportOptions, StoreTarget, import_sources
+    from surfacelog.store.shardset import ShardedStores
+
     paths = list(files or [])
     if shards is not None and db is not None:
         if _is_sqlite(Path(db)) and not is_dsh_database(Path(db)):
@@ -199,7 +194,7 @@ def import_(db: DbArg = None,
         if shard_map is None:
             assert db is not None
             target = StoreTarget(await open_store(Path(db), create=True,
-                                                   keep_failed=False))
+                                                  keep_failed=False))
         else:
             target = ShardedStores(shard_map, read_only=False, keep_failed=False)
         status = 0
@@ -220,6 +215,15 @@ def _report_import(outcome: Outcome) -> int:
     """Print one outcome of ``import`` on its line (refusals on stderr); its exit
     status: 2 for a file given by itself that cannot be read and for a DSH root or
     database that cannot, 1 for any other refusal, else 0."""
+    from surfacelog.cli.render import echo
+    from surfacelog.store.importing import (
+        AlreadyStored,
+        Imported,
+        Refused,
+        SourceRead,
+        SourceUnreadable,
+    )
+
     match outcome:
         case Imported(label, _, session_id, events, shard, torn):
             where = "" if shard is None else f" on shard {shard}"
@@ -277,6 +281,10 @@ def verify(db: DbArg = None, shards: ShardsOpt = None) -> None:
     store cannot be opened (missing, foreign, another version, truncated), on a usage
     error or a bad shard configuration.
     """
+    from surfacelog.cli.render import echo
+    from surfacelog.store.errors import StoreError
+    from surfacelog.store.verify import verify_store
+
     shard_map = either("verify", db, shards)
     if shard_map is not None:
         raise typer.Exit(_verify_shards(shard_map))
@@ -303,6 +311,11 @@ def verify(db: DbArg = None, shards: ShardsOpt = None) -> None:
 
 def _verify_shards(shard_map: ShardMap) -> int:
     """Print ``verify_shards``; returns the exit status (0 when all is well, else 1)."""
+    import asyncio
+
+    from surfacelog.cli.render import echo
+    from surfacelog.store.verify import verify_shards
+
     result = asyncio.run(verify_shards(shard_map))
     checked = failed = unreadable = 0
     for report in result.shards:
@@ -325,9 +338,9 @@ def _verify_shards(shard_map: ShardMap) -> int:
         echo(f"FAIL session {wrong.session_id} is stored on shard {wrong.shard}, "
              f"not one of its candidate shards ({', '.join(wrong.candidates)})")
     echo(f"{checked} session(s) checked on {len(result.shards)} shard(s), "
-               f"{failed} failed, {unreadable} shard(s) unreadable, "
-               f"{len(result.duplicates)} id(s) on several shards, "
-               f"{len(result.misplaced)} misplaced")
+         f"{failed} failed, {unreadable} shard(s) unreadable, "
+         f"{len(result.duplicates)} id(s) on several shards, "
+         f"{len(result.misplaced)} misplaced")
     return 0 if result.ok else 1
 
 
@@ -357,6 +370,18 @@ def restore(
     shard configuration, an unknown shard, a shard without a replica, a target (or its
     -wal/-shm) that exists without ``--force``, no ``litestream`` command.
     """
+    import asyncio
+
+    import msgspec
+
+    from surfacelog.cli.render import echo
+    from surfacelog.store.replica import (
+        LitestreamNotFound,
+        ReplicaError,
+        RestoreRefused,
+    )
+    from surfacelog.store.replica import restore as restore_replica
+
     shard_map = either("restore", None, shards)
     assert shard_map is not None
     try:
@@ -400,9 +425,16 @@ def digest(db: DbArg = None, json: JsonOpt = False, shards: ShardsOpt = None) ->
     ``--shards``, a shard file cannot be opened), 2 when the store cannot be opened
     (missing, foreign, another version, truncated), on a usage error or a bad shard
     configuration."""
+    import asyncio
+
+    import msgspec
+    from rich.console import Console
     from rich.table import Column, Table
 
+    from surfacelog.cli.render import echo, text
+    from surfacelog.schema.codec import encode_json
     from surfacelog.store.digests import shard_digests, store_digest_report
+    from surfacelog.store.errors import StoreError
 
     shard_map = either("digest", db, shards)
     if shard_map is None:
@@ -473,7 +505,11 @@ def inspect(db: DbArg = None,
     Exit 1 when the session is missing or unreadable (or one of the table's), or a
     shard file cannot be opened, 2 when the store cannot be opened (missing, foreign,
     another version, truncated), on a usage error or a bad shard configuration."""
+    from rich.console import Console
+
     from surfacelog.cli.inspection import inspect_db, inspect_shards
+    from surfacelog.cli.render import echo
+    from surfacelog.store.errors import StoreError
 
     if shards is not None and db is not None:
         if session is not None or _is_sqlite(Path(db)):
@@ -521,6 +557,12 @@ def fork_command(
     INVALID_BOUNDARY (--at not a seq of the log), 6 OPEN_TURN (--at inside a turn), 1
     when the store fails, 2 when it cannot be opened, 130 when interrupted.
     """
+    from surfacelog.cli.forking import FORK_EXIT, fork_stored
+    from surfacelog.cli.render import echo
+    from surfacelog.schema.codec import encode_json
+    from surfacelog.session.fork import ForkError
+    from surfacelog.store.errors import StoreError
+
     try:
         child_id = run_on_store(fork_stored(db, session, at, child))
     except ForkError as exc:

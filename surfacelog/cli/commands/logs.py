@@ -1,23 +1,23 @@
 """The offline log commands: ``fold`` and ``repair`` read JSONL session logs, no
-store, no Ray."""
+store, no Ray. The core, the codec and rich are imported when a command runs."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
 from surfacelog.cli.common import LIMIT_OPTION, FileArgs, JsonOpt, LegacyOpt, MaxLineOpt
-from surfacelog.cli.render import echo, surface_tree, text
-from surfacelog.schema.codec import LogFile, encode_json, read_log, reading
 from surfacelog.schema.errors import LogError, SurfacelogError, UnreadableLog
-from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.limits import MAX_LINE_BYTES
-from surfacelog.session import Session, interrupted_turn_closers, replay, upgrade_legacy
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from surfacelog.schema.codec import LogFile
+    from surfacelog.session import Session
 
 
 def register(app: typer.Typer) -> None:
@@ -29,6 +29,9 @@ def register(app: typer.Typer) -> None:
 def _read(path: Path, legacy: bool, max_line_bytes: int = MAX_LINE_BYTES) -> LogFile:
     """The whole log file at ``path`` (marked first with ``legacy``). Raises
     ``UnreadableLog`` (exit 2), ``LogError``."""
+    from surfacelog.schema.codec import LogFile, read_log, reading
+    from surfacelog.session import upgrade_legacy
+
     with reading(path, limit_option=LIMIT_OPTION):
         log = read_log(path, max_line_bytes=max_line_bytes)
     if legacy:
@@ -44,6 +47,8 @@ def _fold_one(path: Path, legacy: bool, max_line_bytes: int,
               at: int | None = None) -> tuple[dict[str, Any], Session]:
     """The fold of one file (as of seq ``at`` when given) and its session. Raises
     ``UnreadableLog``, ``LogError``, ``_NotASeq``."""
+    from surfacelog.session import replay
+
     log = _read(path, legacy, max_line_bytes)
     session = replay(log.events, log.header)
     if at is not None and not 0 <= at < len(session):
@@ -65,8 +70,9 @@ def _fold_one(path: Path, legacy: bool, max_line_bytes: int,
 
 
 def _fold_print(path: Path, json: bool, legacy: bool, max_line_bytes: int,
-                at: int | None, console: Console) -> int:
-    """Fold one file for ``fold`` and print it; its exit status (0, 1 or 2)."""
+                at: int | None, console: Console | None) -> int:
+    """Fold one file for ``fold`` and print it (on ``console`` unless ``json``); its
+    exit status (0, 1 or 2)."""
     status = 0
     session: Session | None = None
     try:
@@ -79,9 +85,15 @@ def _fold_print(path: Path, json: bool, legacy: bool, max_line_bytes: int,
         result = {"file": str(path), "ok": False, "error": str(exc), "rule": "at"}
     except LogError as exc:
         result = {"file": str(path), "ok": False, "error": str(exc), "rule": exc.rule}
-    if json:
+    if json or console is None:
+        from surfacelog.schema.codec import encode_json
+
         sys.stdout.write(encode_json(result).decode() + "\n")
         return status
+    from rich.text import Text
+
+    from surfacelog.cli.render import surface_tree, text
+
     if session is None:
         console.print(Text.assemble(text(f"{path}: invalid", "red"),
                                     text(f" ({result['rule']}): {result['error']}")))
@@ -109,7 +121,13 @@ def fold(files: FileArgs, json: JsonOpt = False, legacy: LegacyOpt = False,
     valid file, 2 when one cannot be read, is not JSONL or has a line longer than
     ``--max-line-bytes``, 130 when interrupted.
     """
-    console = Console()
+    from surfacelog.schema.gcpause import gc_paused
+
+    console = None
+    if not json:  # rich is loaded for the tree only: --json prints without it
+        from rich.console import Console
+
+        console = Console()
     status = 0
     for path in files:
         # The collector is held off for each file until its session is dropped: a fold
@@ -132,6 +150,12 @@ def repair(file: Annotated[Path, typer.Argument(help="JSONL session log")],
     ``--max-line-bytes``, 1 when the log is invalid (data nested deeper than the
     nesting limit included), 130 when interrupted.
     """
+    from rich.console import Console
+
+    from surfacelog.cli.render import echo, text
+    from surfacelog.schema.codec import encode_json
+    from surfacelog.session import interrupted_turn_closers, replay
+
     try:
         log = _read(file, legacy, max_line_bytes)
         replay(log.events, log.header)

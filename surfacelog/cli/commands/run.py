@@ -10,7 +10,6 @@ from typing import Any, get_type_hints
 import typer
 
 from surfacelog.cli.common import refuse_unsafe_output, usage
-from surfacelog.cli.render import echo
 from surfacelog.cli.runmodel import RunConfig
 
 
@@ -67,6 +66,7 @@ def _run_locked(config: RunConfig) -> int:
     """Check ``run``'s files before anything starts, then run holding the database's
     lock; returns the exit status (see ``run``)."""
     from surfacelog.cli.localcluster import shard_files
+    from surfacelog.cli.render import echo
     from surfacelog.cli.run_display import EXIT_FAILED, run_live
     from surfacelog.cli.runlock import DatabaseInUse, RunLock
 

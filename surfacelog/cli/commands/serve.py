@@ -43,6 +43,6 @@ def serve(db: Annotated[str | None, typer.Option(
 
     if placement not in ("packed", "dedicated") or writer not in ("auto", "owner", "journal"):
         raise usage("serve", "--placement is packed or dedicated, --writer auto, owner "
-                              "or journal")
+                             "or journal")
     raise typer.Exit(serve_gateway(db, shards, host, port, token_file, insecure_no_auth,
                                    address, placement, writer))
