@@ -38,7 +38,7 @@ from surfacelog.store.dsh_sources import (
     read_database,
     session_files,
 )
-from surfacelog.store.errors import SessionExists, StoreError
+from surfacelog.store.errors import ImportAbandoned, SessionExists, StoreError
 from surfacelog.store.jsonl import import_log, import_stream, prepare_import
 
 Origin: TypeAlias = Literal["file", "root", "database"]
@@ -324,17 +324,58 @@ async def _streamed(target: ImportTarget, path: Path, options: ImportOptions,
                     origin: Origin) -> Imported | None:
     """The file at ``path`` stored through ``target.store_stream`` (memory: one block
     of it; packed rows are checked and stored as runs, not expanded); ``None`` when the
-    target declines. Raises ``UnreadableLog``, ``LogError``, ``SessionExists``,
-    ``StoreError``."""
+    target declines. Interrupted (cancelled, ``KeyboardInterrupt``), nothing of the
+    file is stored (see ``_Feed``). Raises ``UnreadableLog``, ``LogError``,
+    ``SessionExists``, ``StoreError``."""
     with reading(path, limit_option=options.limit_option):
         stream = LogStream(path, max_line_bytes=options.max_line_bytes, runs=True)
-    with stream:
-        stored = await target.store_stream(stream, path,
-                                           _records(path, stream, options.limit_option))
-        torn = stream.notes.torn
+    feed = _Feed(path, stream, options.limit_option)
+    try:
+        stored = await target.store_stream(stream, path, feed)
+    except Exception:
+        stream.close()  # the target is done with the stream: it raised
+        raise
+    except BaseException:
+        feed.abandon()  # the store's thread may still be reading: it closes the stream
+        raise
+    torn = stream.notes.torn
+    stream.close()
     if stored is None:
         return None
     return _imported(str(path), origin, stored, torn)
+
+
+class _Feed:
+    """The records of ``stream`` for ``store_stream``, which may read them on the
+    store's own thread (SQLite's connection thread), where reading goes on after the
+    importing task was interrupted.
+
+    The stream must not be closed under that reader: a closed stream's records just
+    end, and the store would take that end for the file's and commit the part read as
+    a whole session. ``abandon`` instead makes the reader's next step raise
+    ``ImportAbandoned``, and the store rolls the session back; the stream is closed on
+    the reader's side then."""
+
+    def __init__(self, path: Path, stream: LogStream, limit_option: str | None) -> None:
+        self._stream = stream
+        self._records = _records(path, stream, limit_option)
+        self._abandoned = False
+
+    def abandon(self) -> None:
+        """Stop the reader at its next batch (or at the end, before the store commits)."""
+        self._abandoned = True
+
+    def __iter__(self) -> Iterator[list[Record]]:
+        for batch in self._records:
+            self._check()
+            yield batch
+        self._check()
+
+    def _check(self) -> None:
+        if self._abandoned:
+            self._stream.close()
+            raise ImportAbandoned(f"import of {self._stream.path} interrupted: nothing "
+                                  f"of it is stored")
 
 
 def _records(path: Path, stream: LogStream, limit_option: str | None

@@ -5,6 +5,8 @@ store (``StoreTarget``) and onto shards (``ShardedStores``) through the same
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -207,6 +209,63 @@ async def test_legacy_marks_the_log_first_and_reads_it_whole(tmp_path: Path) -> 
     assert outcomes == [Imported(str(path), "file", "old", len(events))]
     assert target.calls == ["stream", "log"]
     assert await stored(db) == {"old": events}
+
+
+class Gated(StoreTarget):
+    """A ``StoreTarget`` whose store reader, on its own thread, stops after the first
+    batch until ``go`` is set: the import can be interrupted while the file is being
+    stored."""
+
+    def __init__(self, store: SqliteEventStore) -> None:
+        super().__init__(store)
+        self.first = threading.Event()
+        self.go = threading.Event()
+
+    async def store_stream(self, stream: LogStream, source: Path,
+                           batches: Iterable[Sequence[Record]]) -> Stored:
+        def gated() -> Iterable[Sequence[Record]]:
+            for k, batch in enumerate(batches):
+                yield batch
+                if k == 0:
+                    self.first.set()
+                    self.go.wait(60)
+
+        return await super().store_stream(stream, source, gated())
+
+
+def notes_log(path: Path, events: int) -> Path:
+    """A valid log of ``events`` ignorable notes (several read blocks), quick to write."""
+    lines = [b'{"type":"session","version":0,"id":"%s","createdAt":1,"delegationDepth":0}'
+             % path.stem.encode()]
+    lines += [b'{"type":"x/note","seq":%d,"time":1,"data":{"t":"%s"},"ignorable":true}'
+              % (k, b"y" * 40) for k in range(events)]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+async def test_an_interrupted_streamed_import_stores_nothing(tmp_path: Path) -> None:
+    """Cancelled (Ctrl-C cancels the CLI's task) while the store's thread is reading
+    the file: the reader is stopped and the session rolled back. Closing the stream
+    under it instead ends its records early, and the part read was committed as a
+    whole session."""
+    path = notes_log(tmp_path / "long.jsonl", 60_000)
+    db = tmp_path / "s.db"
+    target = Gated(await SqliteEventStore.open(db))
+    try:
+        task = asyncio.create_task(run(target, path))
+        assert await asyncio.to_thread(target.first.wait, 60)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        target.go.set()
+    finally:
+        await target.close()  # after the reader's unit of work, committed or not
+    assert await stored(db) == {}
+    again = await opened(db)
+    try:
+        assert await run(again, path) == [Imported(str(path), "file", "long", 60_000)]
+    finally:
+        await again.close()
 
 
 # -- DSH sessions roots and databases --------------------------------------------------------
