@@ -196,11 +196,10 @@ async def import_sources(target: ImportTarget, paths: Iterable[Path],
     would have said about its id. A plain file whose id is stored is refused
     (``exists``); a session of a root or database is ``AlreadyStored`` when the same
     events are stored under its id, else refused (``exists``, "with other events than
-    this file's"). ``options``: how files are read (default ``ImportOptions()``).
-
-    Raises ``StoreError`` when the target fails on a session of a DSH root or
-    database other than by holding its id (a shard file that cannot be opened, a
-    failed commit), having yielded the outcomes before it."""
+    this file's"). A session the target fails to store otherwise (a shard file that
+    cannot be opened, a failed commit) is refused with rule ``store``, and the import
+    goes on with the next, as for log files. ``options``: how files are read (default
+    ``ImportOptions()``)."""
     how = ImportOptions() if options is None else options
     for path in paths:
         if path.is_dir():
@@ -257,8 +256,7 @@ async def _root_file(target: ImportTarget, path: Path,
                      options: ImportOptions) -> SessionOutcome:
     """One session file of a DSH root, resumable: streamed, and when its id is stored
     compared with what is (the file is then read whole, only for that comparison).
-    ``legacy`` does not apply: DSH writes marked logs. Raises ``StoreError`` other than
-    ``SessionExists``."""
+    ``legacy`` does not apply: DSH writes marked logs."""
     label = str(path)
     try:
         try:
@@ -273,6 +271,8 @@ async def _root_file(target: ImportTarget, path: Path,
         return Refused(label, "root", "unreadable", str(exc))
     except LogError as exc:
         return Refused(label, "root", exc.rule, str(exc))
+    except StoreError as exc:  # a shard that cannot be opened, a failed commit...
+        return Refused(label, "root", "store", str(exc))
 
 
 async def _import_database(target: ImportTarget, path: Path) -> AsyncGenerator[Outcome]:
@@ -300,13 +300,16 @@ async def _import_database(target: ImportTarget, path: Path) -> AsyncGenerator[O
 async def _resumable(target: ImportTarget, label: str, origin: Origin, log: LogFile,
                      source: Path) -> SessionOutcome:
     """``log`` stored whole: imported, already stored (the same events under its id),
-    or refused with the rule. Raises ``StoreError`` other than ``SessionExists``."""
+    or refused with the rule (``store`` when the target fails otherwise)."""
     try:
-        stored = await target.store_log(log, source)
-    except SessionExists as exc:
-        return await _already_stored(target, label, origin, log, source, exc)
+        try:
+            stored = await target.store_log(log, source)
+        except SessionExists as exc:
+            return await _already_stored(target, label, origin, log, source, exc)
     except LogError as exc:
         return Refused(label, origin, exc.rule, str(exc))
+    except StoreError as exc:  # a shard that cannot be opened, a failed commit...
+        return Refused(label, origin, "store", str(exc))
     return _imported(label, origin, stored, log.torn)
 
 

@@ -492,6 +492,45 @@ async def test_onto_shards_a_root_resumes_finding_each_session_where_it_is(
     assert [type(o) for o in again] == [AlreadyStored, AlreadyStored, SourceRead]
 
 
+async def test_onto_shards_a_session_a_shard_cannot_take_is_refused_and_the_rest_go_on(
+        tmp_path: Path) -> None:
+    """A candidate shard whose file is missing may hold the id: that session of a DSH
+    root or database is refused (rule ``store``) and the next ones are imported, as
+    log files given by themselves are."""
+    shard_map = two_shards(tmp_path)
+    [blocked] = ids_where(shard_map, "c", count=2)
+    older = shard_map.candidates(blocked)[1]
+    free_home = next(s.name for s in shard_map.shards if s.name not in (older.name, "c"))
+    [free] = ids_where(shard_map, free_home)
+    root = tmp_path / "sessions"
+    logs = {}
+    for session_id in (blocked, free):
+        folder = root / "_no-cwd" / session_id
+        folder.mkdir(parents=True)
+        logs[session_id] = list(build_session(session_id, 1).log)
+        (folder / "session.jsonl.zstd").write_bytes(
+            encode_dsh(header(session_id), logs[session_id], zstd=True))
+    dsh = tmp_path / "dsh.sqlite"
+    dsh_database(dsh, {blocked: (header(blocked), logs[blocked])})
+    await plant(shard_map.get(free_home).path, f"seed-{free_home}")
+    stores = ShardedStores(shard_map, read_only=False, keep_failed=False)
+    try:
+        outcomes = await run(stores, root, dsh)
+    finally:
+        await stores.close()
+    refused = [o for o in outcomes if isinstance(o, Refused)]
+    assert [(o.label, o.origin, o.rule) for o in refused] == [
+        (str(root / "_no-cwd" / blocked / "session.jsonl.zstd"), "root", "store"),
+        (f"{dsh} session {blocked}", "database", "store")]
+    assert all(f"shard {older.name!r} ({older.path}): no database file" in o.reason
+               for o in refused)
+    assert [(o.session_id, o.shard) for o in outcomes if isinstance(o, Imported)] == \
+        [(free, free_home)]
+    assert [o for o in outcomes if isinstance(o, SourceRead)] == [
+        SourceRead(root, "root", 2), SourceRead(dsh, "database", 1)]
+    assert not Path(older.path).exists() and not (tmp_path / "c.db").exists()
+
+
 @pytest.mark.parametrize("target", [StoreTarget, ShardedStores])
 def test_both_targets_implement_the_protocol_by_name(target: type) -> None:
     """mypy checks the signatures where the CLI passes either target; this checks that
