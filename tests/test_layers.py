@@ -185,8 +185,10 @@ def _loaded_by(args: list[str], modules: tuple[str, ...]) -> list[str]:
     return list(json.loads(done.stderr.strip().splitlines()[-1]))
 
 
-STARTUP_HEAVY = ("rich", "ray", "aiosqlite", "msgspec", "surfacelog.session",
+STARTUP_HEAVY = ("rich", "ray", "aiosqlite", "msgspec", "pydantic", "surfacelog.session",
                  "surfacelog.store", "surfacelog.actors.client", "surfacelog.gateway")
+"""What start-up must not load before a command needs it (pydantic: typer 0.29 and
+later coerce every option through it, see pyproject.toml)."""
 
 
 def test_help_imports_none_of_the_commands_work() -> None:
