@@ -1,4 +1,7 @@
-"""``surfacelog run``: the load run, its options made from ``RunConfig``'s fields."""
+"""``surfacelog run``: the load run, its options made from ``RunConfig``'s fields.
+
+Registering it imports ``runmodel`` only (typer and ``actors.choices``: no msgspec, no
+store, no Ray); the run itself imports the actors, Ray and the live view."""
 
 from __future__ import annotations
 
