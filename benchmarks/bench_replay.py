@@ -45,7 +45,7 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_surface import generate_log
 
-from surfacelog.cli.commands import _fold_one
+from surfacelog.cli.commands.logs import _fold_one
 from surfacelog.schema.codec import encode_json, encode_log
 from surfacelog.schema.events import Event
 from surfacelog.schema.gcpause import gc_paused

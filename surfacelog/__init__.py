@@ -1,21 +1,35 @@
 """surfacelog: event-sourced agent session logs with a replaceable surface, on Ray.
 
-``surfacelog.connect`` is imported lazily so that the pure core and the CLI's offline
-commands do not pay for importing Ray. Every typed error of the package derives from
-``SurfacelogError``.
+Every name here is imported on first use, so that ``import surfacelog`` (which any
+``surfacelog.x`` import runs first) costs nothing: the CLI's ``--help`` needs none of
+the core, its offline commands need no Ray (``surfacelog.connect``). Every typed error
+of the package derives from ``SurfacelogError``.
 """
 
-from typing import Any
+from __future__ import annotations
 
-from surfacelog.schema import Event, SessionHeader, SurfacelogError
-from surfacelog.session import Session, fold_surface
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from surfacelog.actors.client import connect
+    from surfacelog.schema import Event, SessionHeader, SurfacelogError
+    from surfacelog.session import Session, fold_surface
+
+_WHERE = {
+    "Event": "surfacelog.schema",
+    "SessionHeader": "surfacelog.schema",
+    "SurfacelogError": "surfacelog.schema",
+    "Session": "surfacelog.session",
+    "fold_surface": "surfacelog.session",
+    "connect": "surfacelog.actors.client",
+}
 
 __all__ = ["Event", "Session", "SessionHeader", "SurfacelogError", "connect", "fold_surface"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "connect":
-        from surfacelog.actors.client import connect
-
-        return connect
-    raise AttributeError(name)
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'surfacelog' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

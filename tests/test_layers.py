@@ -11,6 +11,7 @@ dependency, and a circle through one is still a circle.
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -167,6 +168,48 @@ def test_the_offline_commands_do_not_import_ray() -> None:
     probe = ("import sys, typer; from surfacelog.cli import app; "
              "typer.main.get_command(app); sys.exit('ray' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", probe]).returncode == 0
+
+
+def _loaded_by(args: list[str], modules: tuple[str, ...]) -> list[str]:
+    """Which of ``modules`` (or their submodules) ``surfacelog ARGS`` imports, run
+    through the console script's ``main`` in a fresh interpreter."""
+    probe = ("import sys, json\n"
+             "from surfacelog.cli import main\n"
+             f"sys.argv = ['surfacelog', *{args!r}]\n"
+             "try:\n    main()\nexcept SystemExit:\n    pass\n"
+             f"wanted = {modules!r}\n"
+             "found = sorted({w for w in wanted for m in sys.modules\n"
+             "                if m == w or m.startswith(w + '.')})\n"
+             "sys.stderr.write(json.dumps(found))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)
+    return list(json.loads(done.stderr.strip().splitlines()[-1]))
+
+
+STARTUP_HEAVY = ("rich", "ray", "aiosqlite", "msgspec", "pydantic", "surfacelog.session",
+                 "surfacelog.store", "surfacelog.actors.client", "surfacelog.gateway")
+"""What start-up must not load before a command needs it (pydantic: typer 0.29 and
+later coerce every option through it, see pyproject.toml)."""
+
+
+def test_help_imports_none_of_the_commands_work() -> None:
+    """``surfacelog --help`` (and a command's ``--help``) only builds the commands:
+    each group imports the store, the core, rich and Ray inside its commands, and the
+    help is plain (typer's rich panels would import rich). ``msgspec`` comes only with
+    ``schema.limits`` for ``--max-line-bytes``'s default."""
+    assert _loaded_by(["--help"], STARTUP_HEAVY) == ["msgspec"]
+    assert _loaded_by(["import", "--help"], STARTUP_HEAVY) == ["msgspec"]
+
+
+def test_fold_imports_the_core_but_no_store_and_no_ray(tmp_path: Path) -> None:
+    """``fold`` of a small file loads the codec, the core and (for its tree) rich, never
+    the store, Ray, or the gateway; ``--json`` not even rich."""
+    log = tmp_path / "small.jsonl"
+    log.write_text('{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}\n')
+    assert _loaded_by(["fold", str(log)], STARTUP_HEAVY) == [
+        "msgspec", "rich", "surfacelog.session"]
+    assert _loaded_by(["fold", "--json", str(log)], STARTUP_HEAVY) == [
+        "msgspec", "surfacelog.session"]
 
 
 def test_python_m_surfacelog_cli_runs_the_app() -> None:

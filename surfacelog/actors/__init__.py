@@ -5,10 +5,10 @@ This layer hosts the runtime's live sessions (``surfacelog.runtime``: the core o
 store, one writer each) inside Ray; it adds no surface rules (compaction and pruning
 included: those are ``surfacelog.session.compaction``).
 
-Its names are imported lazily: ``surfacelog.actors.config`` (the ``Placement``,
-``Durability`` and ``Writer`` types the CLI's options are built from) is importable
-without importing Ray, and ``Client``, ``connect`` and the protocol's types load Ray
-when first used.
+Its names are imported lazily: ``surfacelog.actors.choices`` (the ``Placement``,
+``Durability``, ``Writer`` and ``AppendMode`` types the CLI's options are built from)
+and ``surfacelog.actors.config`` are importable without importing Ray, and ``Client``,
+``connect`` and the protocol's types load Ray when first used.
 """
 
 from __future__ import annotations

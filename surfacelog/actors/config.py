@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
-from surfacelog.runtime.live import Durability as Durability
+from surfacelog.actors.choices import Durability as Durability
+from surfacelog.actors.choices import Placement as Placement
+from surfacelog.actors.choices import Writer as Writer
 from surfacelog.store.shardmap import Shard, ShardMap
-
-Placement = Literal["dedicated", "packed"]
-Writer = Literal["journal", "owner"]
 
 NAMESPACE = "surfacelog"
 """The Ray namespace of every named actor of surfacelog."""

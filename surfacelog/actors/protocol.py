@@ -52,9 +52,9 @@ import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
 from surfacelog.actors.config import Placement as Placement
+from surfacelog.runtime.choices import Durability as Durability
 from surfacelog.runtime.errors import Conflict as Conflict
 from surfacelog.runtime.errors import SessionUnavailable as SessionUnavailable
-from surfacelog.runtime.live import Durability as Durability
 from surfacelog.runtime.live import SessionStats as SessionStats
 from surfacelog.schema.codec import JSON_DECODER, JSON_ENCODER
 from surfacelog.schema.events import Event, ReplaceOp

@@ -15,15 +15,12 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from msgspec import Struct
 
+from surfacelog.actors.choices import AppendMode as AppendMode
 from surfacelog.session import AppendSpec
-
-AppendMode = Literal["batch", "chunk"]
-"""How a driver appends a model step's chunks: in one ``append_batch``, or one
-``append`` each."""
 
 WORDS = (
     "surface", "log", "event", "replay", "seq", "turn", "step", "chunk", "tool", "result",

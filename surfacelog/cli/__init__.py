@@ -1,12 +1,13 @@
 """The ``surfacelog`` command line: the top layer, above the actors.
 
-``commands`` holds the typer app. Beside it: the load run's configuration and result
-(``runmodel``), its workload (``loadrun``), its live view (``live``) and its HTML report
-(``report_html``); ``inspect`` (``inspection``) and the terminal renderings (``render``).
-Nothing below this package imports it.
+``application`` holds the typer app and ``main``; each module of ``commands`` registers
+one group of commands on it, sharing ``common``'s options and exits. Beside them: the
+load run's configuration and result (``runmodel``), its workload (``loadrun``), its
+live view (``run_display``) and its HTML report (``report_html``); ``inspect``
+(``inspection``), ``fork`` (``forking``), ``serve`` (``serving``) and the terminal
+renderings (``render``). Nothing below this package imports it.
 """
 
-from surfacelog.cli import forking  # noqa: F401  (registers ``fork`` on the app)
-from surfacelog.cli.commands import app, main
+from surfacelog.cli.application import app, main
 
 __all__ = ["app", "main"]

@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 from typer import BadParameter, Option
 
-from surfacelog.actors.config import Durability, Placement, Writer
-from surfacelog.actors.script import AppendMode
+from surfacelog.actors.choices import AppendMode, Durability, Placement, Writer
 
 if TYPE_CHECKING:
     from surfacelog.actors.compactor import CompactorStats
@@ -33,7 +32,7 @@ WriterChoice = Literal["auto", Writer]
 class RunConfig:
     """Every option of ``surfacelog run``, each with its default and its help text.
 
-    The ``run`` command's parameters are made from these fields (``cli.commands``), so
+    The ``run`` command's parameters are made from these fields (``commands.run``), so
     an option is added, renamed or given a new default here and nowhere else. Choices
     are ``Literal`` types, which typer turns into validated choices.
     """

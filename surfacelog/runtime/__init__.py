@@ -7,26 +7,53 @@ first write (writer epoch, seed marker, crash repair), appended to inside
 unknown outcome. The Ray session actor hosts it (``surfacelog.actors``); in-process,
 ``EmbeddedHandle`` (``handle``) wraps it as a ``SessionLike``, the protocol the Ray
 ``SessionHandle`` satisfies too, so the framework adapters run on either.
+
+Its names are imported lazily, so that ``surfacelog.runtime.choices`` is importable
+without loading the runtime (the CLI builds its options from it).
 """
 
-from surfacelog.runtime.errors import Conflict, SessionUnavailable
-from surfacelog.runtime.handle import (
-    MAX_REPLANS,
-    EmbeddedHandle,
-    SessionLike,
-    SurfaceView,
-    append_planned,
-    compact_planned,
-)
-from surfacelog.runtime.live import (
-    RELOAD,
-    Appended,
-    Durability,
-    LiveSession,
-    SessionStats,
-    StateDelta,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from surfacelog.runtime.choices import Durability
+    from surfacelog.runtime.errors import Conflict, SessionUnavailable
+    from surfacelog.runtime.handle import (
+        MAX_REPLANS,
+        EmbeddedHandle,
+        SessionLike,
+        SurfaceView,
+        append_planned,
+        compact_planned,
+    )
+    from surfacelog.runtime.live import RELOAD, Appended, LiveSession, SessionStats, StateDelta
+
+_WHERE = {
+    "Durability": "surfacelog.runtime.choices",
+    "Conflict": "surfacelog.runtime.errors",
+    "SessionUnavailable": "surfacelog.runtime.errors",
+    "MAX_REPLANS": "surfacelog.runtime.handle",
+    "EmbeddedHandle": "surfacelog.runtime.handle",
+    "SessionLike": "surfacelog.runtime.handle",
+    "SurfaceView": "surfacelog.runtime.handle",
+    "append_planned": "surfacelog.runtime.handle",
+    "compact_planned": "surfacelog.runtime.handle",
+    "RELOAD": "surfacelog.runtime.live",
+    "Appended": "surfacelog.runtime.live",
+    "LiveSession": "surfacelog.runtime.live",
+    "SessionStats": "surfacelog.runtime.live",
+    "StateDelta": "surfacelog.runtime.live",
+}
 
 __all__ = ["MAX_REPLANS", "RELOAD", "Appended", "Conflict", "Durability", "EmbeddedHandle",
            "LiveSession", "SessionLike", "SessionStats", "SessionUnavailable", "StateDelta",
            "SurfaceView", "append_planned", "compact_planned"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'surfacelog.runtime' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -16,8 +16,9 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 
+from surfacelog.runtime.choices import Durability
 from surfacelog.runtime.errors import SessionUnavailable
-from surfacelog.runtime.live import RELOAD, Durability, LiveSession, StateDelta
+from surfacelog.runtime.live import RELOAD, LiveSession, StateDelta
 from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec, Session, SurfaceSnapshot
 from surfacelog.session.compaction import CompactionRequest, PruneRequest, StaleRequest

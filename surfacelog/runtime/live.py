@@ -34,10 +34,11 @@ import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 from msgspec import UNSET, Struct, to_builtins
 
+from surfacelog.runtime.choices import Durability
 from surfacelog.runtime.errors import Conflict, SessionUnavailable
 from surfacelog.schema.errors import NestingError
 from surfacelog.schema.events import Event
@@ -66,10 +67,6 @@ from surfacelog.session.pressure import ContextPressure, PressureTracker
 from surfacelog.store.base import EventStore, require_scoped
 from surfacelog.store.errors import BadEvent, SessionDeleted, SessionNotFound, WriterFenced
 from surfacelog.store.scoped import split_delta
-
-Durability = Literal["durable", "buffered"]
-"""How a live session's appends are acknowledged: ``durable`` once committed,
-``buffered`` once queued for the store (``flush`` is the barrier)."""
 
 RELOAD = "reloading: a write's outcome is unknown"
 """``LiveSession.closed`` after a failed write: load the session again."""
@@ -488,5 +485,5 @@ class LiveSession:
                     self.closed = "passivated"
 
 
-__all__ = ["FENCED", "RELOAD", "Appended", "Durability", "LiveSession", "SessionStats",
+__all__ = ["FENCED", "RELOAD", "Appended", "LiveSession", "SessionStats",
            "StateDelta", "new_header"]

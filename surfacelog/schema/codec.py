@@ -19,6 +19,7 @@ import os
 import re
 import stat
 from collections.abc import Generator, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, Final, TypeAlias, cast
 
@@ -34,7 +35,13 @@ from surfacelog.schema.dsh import (
     is_packed_row,
     zstd_lines,
 )
-from surfacelog.schema.errors import DecodeError, InvalidArgument, LineTooLong
+from surfacelog.schema.errors import (
+    DecodeError,
+    InvalidArgument,
+    LineTooLong,
+    LogError,
+    UnreadableLog,
+)
 from surfacelog.schema.events import Event, ReplaceOp, surface_op_from_json
 from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.header import SessionHeader, header_from_json, header_to_json
@@ -628,6 +635,33 @@ class LogStream:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextmanager
+def reading(path: str | Path, *, limit_option: str | None = None) -> Iterator[None]:
+    """Reading the log file at ``path`` (``read_log``, ``LogStream`` and its batches):
+    an error that means the file cannot be read as a log becomes ``UnreadableLog`` with
+    a one-line message, and any other ``LogError`` (an invalid event, a bad packed
+    row...) passes unchanged. ``limit_option`` names the option that raises the line
+    limit, added to a too-long line's message (``(see --max-line-bytes)``).
+
+    Raises ``UnreadableLog`` for an ``OSError`` (``cannot read PATH: why``), a line
+    longer than the limit, a line that is not JSON (``PATH is not JSONL: ...``) or a
+    corrupt zstd frame (``PATH is not a readable zstd session file: ...``)."""
+    try:
+        yield
+    except OSError as exc:
+        raise UnreadableLog(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except LineTooLong as exc:
+        hint = f" (see {limit_option})" if limit_option else ""
+        raise UnreadableLog(f"{exc}{hint}") from exc
+    except LogError as exc:
+        if exc.rule == "json":
+            raise UnreadableLog(f"{path} is not JSONL: {exc}") from exc
+        if exc.rule == "zstd":
+            raise UnreadableLog(f"{path} is not a readable zstd session file: {exc}"
+                                ) from exc
+        raise
 
 
 def _prefixed(items: Iterator[SessionHeader | list[Record] | None],

@@ -70,6 +70,13 @@ class InvalidArgument(ValueError, SurfacelogError):
     unknown option value...). Still a ``ValueError``."""
 
 
+class UnreadableLog(SurfacelogError):
+    """A log file cannot be read (an ``OSError``), is not JSONL, is not a readable zstd
+    session file, or has a line longer than the reader's limit: the file as a whole, not
+    one of its events (``codec.reading`` raises it). Not a ``LogError``: an invalid log
+    is one that was read."""
+
+
 class SeqOutOfRange(IndexError, SurfacelogError):
     """A seq (or message index) that is not in the log. Still an ``IndexError``."""
 

@@ -69,6 +69,12 @@ class SessionExists(StoreError):
     """A session with this id is already stored."""
 
 
+class ImportAbandoned(StoreError):
+    """A streamed import was interrupted (its task cancelled, Ctrl-C) while the store
+    was reading the file: raised to the store's reader so that it rolls the session
+    back instead of committing the part it read (``store.importing``)."""
+
+
 class SessionNotFound(StoreError):
     """No session with this id is stored."""
 

@@ -24,6 +24,7 @@ from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader, check_header
 from surfacelog.store.base import EventStore, SessionInfo
 from surfacelog.store.errors import SessionExists, SessionNotFound, StoreError
+from surfacelog.store.importing import Stored
 from surfacelog.store.jsonl import (
     ExportFormat,
     StreamedImport,
@@ -308,6 +309,30 @@ class ShardedStores:
                 raise
             raise SessionExists(f"{exc} (on shard {home.name!r})") from exc
         return home, StreamedImport(header, stored, stream.notes.torn)
+
+
+    # -- ImportTarget (store.importing): what ``import --shards`` stores through ----------
+
+    async def store_log(self, log: LogFile, source: Path) -> Stored:
+        """``import_log`` as an ``ImportTarget``: the session on its home shard."""
+        home, header = await self.import_log(log, source)
+        return Stored(header, len(log.events), home.name)
+
+    async def store_stream(self, stream: LogStream, source: Path,
+                           batches: Iterable[Sequence[Event | PackedRun]]) -> Stored | None:
+        """``import_stream`` as an ``ImportTarget``: ``None`` when the home shard has
+        no file yet (the caller imports the file whole, through ``store_log``)."""
+        done = await self.import_stream(stream, source, batches=batches)
+        if done is None:
+            return None
+        home, streamed = done
+        return Stored(streamed.header, streamed.events, home.name)
+
+    async def stored_events(self, session_id: str) -> list[Event]:
+        """The events of ``session_id`` on the shard that holds it (see ``find``).
+        Raises ``SessionNotFound``, ``ShardFileError``, ``StoreError``."""
+        return await (await self.store(await self.find(session_id))).read_since(
+            session_id, 0)
 
 
 def _refused_at_end(batches: Iterator[Sequence[Event | PackedRun]], header: SessionHeader,

@@ -113,16 +113,16 @@ def test_fold_holds_the_collector_off_for_each_file_and_restores_it(
     # A fold builds a log's worth of long-lived acyclic containers: the collector stays
     # off while each file is folded and printed (its session dropped), on again after,
     # also when a file fails.
-    from surfacelog.cli import commands
+    from surfacelog.cli.commands import logs
 
     seen: list[bool] = []
-    real = commands._fold_one
+    real = logs._fold_one
 
     def spy(*args: Any) -> Any:
         seen.append(gc.isenabled())
         return real(*args)
 
-    monkeypatch.setattr(commands, "_fold_one", spy)
+    monkeypatch.setattr(logs, "_fold_one", spy)
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n", encoding="utf-8")
     good = str(EXAMPLES / "compaction.jsonl")

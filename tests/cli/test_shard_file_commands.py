@@ -295,6 +295,29 @@ def test_import_refuses_when_a_candidate_shard_file_is_missing(
     assert not Path(older.path).exists()
 
 
+def test_a_dsh_root_session_a_missing_shard_may_hold_is_one_refusal(
+        tmp_path: Path, runner: CliRunner) -> None:
+    """As for a log file given by itself: one line naming the shard, exit 1, the rest of
+    the root imported (it was a traceback)."""
+    from surfacelog.schema.dsh import encode_dsh
+
+    config = write_config(tmp_path, ("a", 0), ("b", 0), ("c", 1))
+    shard_map = load_shard_map(config)
+    session_id = find_id(shard_map, lambda c: len(c) == 2 and c[0].name == "c")
+    older = shard_map.candidates(session_id)[1]
+    folder = tmp_path / "sessions" / "_no-cwd" / session_id
+    folder.mkdir(parents=True)
+    (folder / "session.jsonl.zstd").write_bytes(encode_dsh(
+        SessionHeader(version=SESSION_FORMAT_VERSION, id=session_id,
+                      created_at=BASIC.events[0].time), BASIC.events, zstd=True))
+    result = invoke(runner, "import", "--shards", config, tmp_path / "sessions")
+    assert result.exit_code == 1
+    assert (f"{folder / 'session.jsonl.zstd'}: refused (store): shard {older.name!r} "
+            f"({older.path}): no database file") in result.output
+    assert f"{tmp_path / 'sessions'}: 1 DSH session file(s)" in result.output
+    assert not (tmp_path / "c.db").exists() and not Path(older.path).exists()
+
+
 def test_read_commands_name_a_missing_shard_file(
         sharded: tuple[Path, list[str]], tmp_path: Path, runner: CliRunner) -> None:
     _, ids = sharded

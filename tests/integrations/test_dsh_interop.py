@@ -22,6 +22,7 @@ from surfacelog.schema.header import SessionHeader, header_to_json
 from surfacelog.session import replay
 
 from support import paths
+from support.dsh_database import dsh_database, encode_varints
 from support.sessiongen import sessions
 
 EVENT = '{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}'
@@ -465,82 +466,6 @@ def test_a_root_with_both_encodings_is_refused(tmp_path: Path, runner: CliRunner
 
 # -- 6. a DSH SQLite database ------------------------------------------------------------------
 
-DSH_DDL = """
-CREATE TABLE persistence_state(singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
-  store_id TEXT NOT NULL) STRICT;
-CREATE TABLE sessions(id TEXT PRIMARY KEY, version INTEGER NOT NULL,
-  created_at INTEGER NOT NULL, cwd TEXT, parent_session TEXT, seed_length INTEGER,
-  origin TEXT, delegation_depth INTEGER, agent_preset TEXT, incarnation TEXT NOT NULL,
-  revision INTEGER NOT NULL) STRICT;
-CREATE TABLE events(session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-  seq INTEGER NOT NULL, type TEXT NOT NULL, time INTEGER NOT NULL, data ANY NOT NULL,
-  source_event_seqs ANY, surface_op TEXT,
-  ignorable INTEGER CHECK (ignorable IS NULL OR ignorable IN (0, 1)),
-  PRIMARY KEY (session_id, seq)) STRICT;
-"""
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def encode_varints(values: list[int]) -> bytes:
-    out = bytearray()
-    for k, value in enumerate(values):
-        if k == 0:
-            out += _varint(value)
-        else:
-            d = value - values[k - 1]
-            out += _varint(2 * d if d >= 0 else 2 * -d - 1)
-    return bytes(out)
-
-
-def _dsh_database(path: Path, sessions: dict[str, tuple[SessionHeader, list[Event]]],
-                  version: int = 17) -> None:
-    import sqlite3
-
-    import zstandard
-    conn = sqlite3.connect(path)
-    conn.executescript(DSH_DDL)
-    conn.execute("INSERT INTO persistence_state VALUES (1, 'store-1')")
-    for sid, (head, events) in sessions.items():
-        conn.execute("INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?)", (
-            sid, 0, head.created_at, head.cwd or None, None, None,
-            msgspec.json.encode(head.origin).decode() if head.origin is not msgspec.UNSET
-            else None, head.delegation_depth, None, "inc-1", 1))
-        for record in pack_records(events):
-            if isinstance(record, bytes):
-                row = msgspec.json.decode(record)
-                data = msgspec.json.encode(row["data"])
-                conn.execute("INSERT INTO events VALUES (?,?,?,?,?,NULL,NULL,0)",
-                             (sid, row["seq0"], row["type"], row["time0"], data.decode()))
-                continue
-            e = record
-            text = msgspec.json.encode(e.data)
-            data: Any = text.decode()
-            if len(text) >= 4096:
-                data = zstandard.ZstdCompressor(level=3).compress(text)
-            seqs = (None if e.source_event_seqs is msgspec.UNSET
-                    else encode_varints(list(e.source_event_seqs)))
-            op = (None if e.surface_op is msgspec.UNSET
-                  else msgspec.json.encode(e.surface_op).decode())
-            conn.execute("INSERT INTO events VALUES (?,?,?,?,?,?,?,?)", (
-                sid, e.seq, e.type, e.time, data, seqs, op,
-                1 if e.ignorable is True else None))
-    conn.execute(f"PRAGMA application_id = {0x44534850}")
-    conn.execute(f"PRAGMA user_version = {version}")
-    conn.commit()
-    conn.close()
-
-
 def test_varints_decode_as_dsh_encodes_them() -> None:
     from surfacelog.store.dsh_sources import decode_varints
     for values in ([], [0], [5, 6, 7], [300, 2, 9_000_000_000, 0], [2**53 - 1, 0]):
@@ -560,7 +485,7 @@ def test_import_reads_a_dsh_sqlite_database(tmp_path: Path, runner: CliRunner) -
     head = SessionHeader(version=0, id="d-1", created_at=7, cwd="/w",
                          origin={"kind": "cli"}, delegation_depth=1)
     dsh = tmp_path / "dsh.sqlite"
-    _dsh_database(dsh, {"d-1": (head, list(session.log))})
+    dsh_database(dsh, {"d-1": (head, list(session.log))})
     db = tmp_path / "s.db"
     result = runner.invoke(app, ["import", str(db), str(dsh)])
     assert result.exit_code == 0, result.output
@@ -577,7 +502,7 @@ def test_import_reads_a_dsh_sqlite_database(tmp_path: Path, runner: CliRunner) -
 def test_a_dsh_database_of_another_schema_version_is_refused(
         version: int, tmp_path: Path, runner: CliRunner) -> None:
     dsh = tmp_path / "dsh.sqlite"
-    _dsh_database(dsh, {"d-1": (SessionHeader(version=0, id="d-1", created_at=1,
+    dsh_database(dsh, {"d-1": (SessionHeader(version=0, id="d-1", created_at=1,
                                               delegation_depth=0),
                                 [])}, version=version)
     db = tmp_path / "s.db"
@@ -594,7 +519,7 @@ def test_a_bad_row_refuses_only_its_session(tmp_path: Path, runner: CliRunner) -
             _chunks(4))
     bad = (SessionHeader(version=0, id="h", created_at=1, delegation_depth=0), _chunks(4))
     dsh = tmp_path / "dsh.sqlite"
-    _dsh_database(dsh, {"g": good, "h": bad})
+    dsh_database(dsh, {"g": good, "h": bad})
     conn = sqlite3.connect(dsh)
     conn.execute("UPDATE events SET data = '{\"turn\":1,\"step\":1,\"index\":0,"
                  "\"dt\":[1],\"texts\":[\"a\",\"b\"]}' WHERE session_id = 'h'")

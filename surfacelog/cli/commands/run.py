@@ -1,0 +1,120 @@
+"""``surfacelog run``: the load run, its options made from ``RunConfig``'s fields.
+
+Registering it imports ``runmodel`` only (typer and ``actors.choices``: no msgspec, no
+store, no Ray); the run itself imports the actors, Ray and the live view."""
+
+from __future__ import annotations
+
+import dataclasses
+from inspect import Parameter, Signature
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import typer
+
+from surfacelog.cli.common import refuse_unsafe_output, usage
+from surfacelog.cli.runmodel import RunConfig
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``run`` to ``app``, its options ``RunConfig``'s fields."""
+    # typer reads a command's options from its signature: run's are RunConfig's fields,
+    # so each option, its default and its help are spelled once, in RunConfig. Set
+    # through vars() because a function's attributes are not declared to type checkers.
+    vars(run)["__signature__"] = _fields_as_options(RunConfig)
+    app.command()(run)
+
+
+def run(**options: Any) -> None:
+    """The load workload: host sessions as Ray actors, drive them with scripted agents
+    while compaction and pruning actors work, report, then verify the database replays
+    to exactly what the live actors reported.
+
+    Exit statuses: 0 verification passed and nothing failed; 1 verification failed
+    (the database does not replay to what the live actors reported, or an acknowledged
+    durable event is missing); 2 usage error, nothing started (a bad option, a --db
+    that is a directory or not a surfacelog database, a refused --report path); 3 the
+    run verified but appends failed (e.g. the disk filled); 4 the run could not start
+    or complete: Ray cannot be reached (--address is tried for 5 s) or did not start,
+    another run holds --db, Ray (raylet, GCS) or one of the run's own actors (driver,
+    compactor, pruner) was lost mid-run (the report is still printed, marked
+    incomplete; after the loss of the GCS, one line), or the --report file could not
+    be written; 130 interrupted by Ctrl-C
+    (what was acknowledged is kept; a rerun with the same --db resumes: the same
+    session ids continue their logs, nothing is replayed or duplicated).
+
+    One run per database: a second run on the same --db (or, with --local-nodes, the
+    same shard map) is refused with exit 4 while the first holds it.
+
+    With ``--local-nodes N`` the run starts its own Ray cluster on this machine: a head
+    node (the GCS and the run's own actors; never killed) and N worker nodes hosting the
+    shards, whose files sit next to ``--db`` (``X.db`` -> ``X.s0.db``...) with the shard
+    map ``X.shards.json`` for ``verify``/``digest``/``inspect --shards``;
+    ``--kill-node-every S`` removes a random worker node every S seconds and adds it
+    back."""
+    from surfacelog.actors.compactor import SummariserError, load_summariser
+
+    try:
+        config = RunConfig(**options)
+    except typer.BadParameter as exc:
+        raise usage("run", exc.format_message().replace("\n", " ")) from exc
+    try:
+        load_summariser(config.summariser)  # found before anything starts
+    except SummariserError as exc:
+        raise usage("run", str(exc)) from exc
+    raise typer.Exit(_run_locked(config))
+
+
+def _run_locked(config: RunConfig) -> int:
+    """Check ``run``'s files before anything starts, then run holding the database's
+    lock; returns the exit status (see ``run``)."""
+    from surfacelog.cli.localcluster import shard_files
+    from surfacelog.cli.render import echo
+    from surfacelog.cli.run_display import EXIT_FAILED, run_live
+    from surfacelog.cli.runlock import DatabaseInUse, RunLock
+
+    if config.local_nodes:
+        files, lock_path = shard_files(config.db.absolute(), config.shard_count)
+        databases = [str(f) for f in files]
+        protected = [*databases, str(lock_path)]
+    else:
+        lock_path, databases = config.db, [str(config.db)]
+        protected = databases
+    if config.report is not None:
+        refuse_unsafe_output(config.report, protected, config.force)
+    if config.db.is_dir():
+        raise usage("run", f"--db {config.db} is a directory, not a database file")
+    try:
+        lock = RunLock.acquire(lock_path)
+    except DatabaseInUse as exc:
+        echo(f"run refused: {exc}", err=True)
+        return EXIT_FAILED
+    except OSError as exc:
+        raise usage("run", f"cannot open {lock_path}: {exc.strerror or exc}") from exc
+    with lock:
+        for db in databases:
+            _check_store(db)
+        return run_live(config)
+
+
+def _check_store(db: str) -> None:
+    """Exit 2 (one line) unless ``db`` is a new or surfacelog database: a foreign file,
+    another build's, a truncated one is refused before Ray starts (read-only check)."""
+    from surfacelog.store.errors import VersionRefused
+    from surfacelog.store.sqlite.file_format import inspect_file
+
+    try:
+        inspect_file(Path(db))
+    except VersionRefused as exc:
+        raise usage("run", f"--db {exc}") from exc
+    except OSError as exc:
+        raise usage("run", f"cannot read --db {db}: {exc.strerror or exc}") from exc
+
+
+def _fields_as_options(config: type[Any]) -> Signature:
+    """Keyword-only parameters named, annotated and defaulted as the dataclass
+    ``config``'s fields, their ``Annotated`` typer metadata included."""
+    hints = get_type_hints(config, include_extras=True)
+    return Signature([Parameter(f.name, Parameter.KEYWORD_ONLY, default=f.default,
+                                annotation=hints[f.name])
+                      for f in dataclasses.fields(config)])
