@@ -839,7 +839,7 @@ def test_the_dockerfile_copies_what_the_package_build_needs_and_dockerignore_kee
         assert not docker_ignored(source, patterns), source
     package = [p.relative_to(ROOT).as_posix() for p in (ROOT / "surfacelog").rglob("*")
                if p.is_file() and "__pycache__" not in p.parts]
-    assert "surfacelog/py.typed" in package and "surfacelog/schema/store.sql" in package
+    assert "surfacelog/py.typed" in package and "surfacelog/store/sqlite/schema.sql" in package
     assert [p for p in package if docker_ignored(p, patterns)] == []
     for outside in (".venv/bin/python", "tests/cluster/test_deploy_manifests.py",
                     "benchmarks/bench_surface.py",
