@@ -68,7 +68,7 @@ SPECIAL: dict[str, Callable[[type[Any]], BaseException]] = {
         lambda cls: cls("range", "the detail", "tool/call", 3, prefix="where: "),
     "surfacelog.store.errors.CorruptStore":
         lambda cls: cls("stored row is missing", "s-1", 4),
-    "surfacelog.session.fork.ForkError":
+    "surfacelog.session.errors.ForkError":
         lambda cls: cls("OPEN_TURN", "the source has an open turn"),
     "surfacelog.cli.outputs.OutputError":
         lambda cls: cls("refusing to write x.db", False),
@@ -103,7 +103,7 @@ def test_every_module_was_imported_and_exceptions_found() -> None:
     found = {_name(c) for c in EXCEPTIONS}
     assert {"surfacelog.schema.errors.SurfacelogError", "surfacelog.schema.errors.LogError",
             "surfacelog.store.errors.CorruptStore", "surfacelog.runtime.errors.Conflict",
-            "surfacelog.session.fork.ForkError", "surfacelog.store.shardmap.ShardConfigError",
+            "surfacelog.session.errors.ForkError", "surfacelog.store.shardmap.ShardConfigError",
             } <= found
     assert set(PENDING) <= found, "a PENDING class no longer exists: remove its entry"
 
@@ -136,8 +136,7 @@ def test_pickles_to_the_same_error(cls: type[BaseException]) -> None:
 
 def test_standard_bases_are_kept() -> None:
     from surfacelog.actors.protocol import Conflict, SessionUnavailable
-    from surfacelog.session.compaction import SplitsToolCall, StaleRequest
-    from surfacelog.session.fork import ForkError
+    from surfacelog.session.errors import ForkError, SplitsToolCall, StaleRequest
     from surfacelog.store.errors import StoreError
     from surfacelog.store.shardmap import ShardConfigError
 

@@ -68,7 +68,8 @@ from surfacelog.schema.header import SessionHeader
 from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
 from surfacelog.session.compaction import CompactionRequest, PruneRequest
 from surfacelog.session.context import DEFAULT_PLUGIN, context_message
-from surfacelog.session.fork import SESSION_ALREADY_EXISTS, ForkError
+from surfacelog.session.errors import ForkError
+from surfacelog.session.fork import SESSION_ALREADY_EXISTS
 from surfacelog.session.pressure import ContextPressure
 from surfacelog.store.base import SessionInfo
 from surfacelog.store.errors import CommitFailed, SessionExists, StoreError

@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from surfacelog.cli.common import open_store
+from surfacelog.session.errors import ForkError
 from surfacelog.session.fork import (
     INVALID_BOUNDARY,
     OPEN_TURN,
     SESSION_ALREADY_EXISTS,
     SESSION_NOT_FOUND,
-    ForkError,
     fork,
 )
 from surfacelog.store.errors import SessionNotFound

@@ -18,14 +18,12 @@ from surfacelog.actors.protocol import SessionUnavailable
 from surfacelog.gateway.auth import Forbidden, Unauthorized
 from surfacelog.gateway.ids import InvalidSessionId
 from surfacelog.schema.errors import LogError, SurfacelogError
-from surfacelog.session.compaction import SplitsToolCall, StaleRequest
-from surfacelog.session.context import ContextError
+from surfacelog.session.errors import ContextError, ForkError, SplitsToolCall, StaleRequest
 from surfacelog.session.fork import (
     INVALID_BOUNDARY,
     OPEN_TURN,
     SESSION_ALREADY_EXISTS,
     SESSION_NOT_FOUND,
-    ForkError,
 )
 from surfacelog.store.errors import (
     BadEvent,

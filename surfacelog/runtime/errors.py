@@ -5,7 +5,7 @@ exactly what the session raised."""
 from __future__ import annotations
 
 from surfacelog.schema.errors import SurfacelogError
-from surfacelog.session.compaction import StaleRequest
+from surfacelog.session.errors import StaleRequest
 
 
 class Conflict(StaleRequest):

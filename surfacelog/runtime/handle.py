@@ -21,7 +21,8 @@ from surfacelog.runtime.errors import SessionUnavailable
 from surfacelog.runtime.live import RELOAD, LiveSession, StateDelta
 from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec, Session, SurfaceSnapshot
-from surfacelog.session.compaction import CompactionRequest, PruneRequest, StaleRequest
+from surfacelog.session.compaction import CompactionRequest, PruneRequest
+from surfacelog.session.errors import StaleRequest
 from surfacelog.store.base import EventStore
 
 T = TypeVar("T")

@@ -54,14 +54,14 @@ from surfacelog.session import (
 from surfacelog.session.compaction import (
     CompactionRequest,
     PruneRequest,
-    StaleRequest,
     check_compaction,
     check_prune,
     compaction_specs,
     prune_specs,
 )
 from surfacelog.session.context import context_spec
-from surfacelog.session.fork import SESSION_ALREADY_EXISTS, ForkError
+from surfacelog.session.errors import ForkError, StaleRequest
+from surfacelog.session.fork import SESSION_ALREADY_EXISTS
 from surfacelog.session.jsonvalue import json_equal
 from surfacelog.session.pressure import ContextPressure, PressureTracker
 from surfacelog.store.base import EventStore, require_scoped

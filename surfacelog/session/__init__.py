@@ -16,8 +16,6 @@ from surfacelog.session.compaction import (
     CHECKPOINT_OUTRO,
     CompactionRequest,
     PruneRequest,
-    SplitsToolCall,
-    StaleRequest,
     check_compaction,
     check_prune,
     compaction_specs,
@@ -34,7 +32,8 @@ from surfacelog.session.compaction_policy import (
     prune_requests,
 )
 from surfacelog.session.derive import MessagesView, derive_from_nodes, project
-from surfacelog.session.fork import ForkError, fork
+from surfacelog.session.errors import ForkError, SplitsToolCall, StaleRequest
+from surfacelog.session.fork import fork
 from surfacelog.session.legacy import derive_messages_linear, upgrade_legacy
 from surfacelog.session.logcheck import LogCheck
 from surfacelog.session.repair import interrupted_turn_closers

@@ -22,9 +22,9 @@ from typing import Any
 
 from msgspec import Struct
 
-from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.events import Event, ReplaceOp
 from surfacelog.session.derive import project
+from surfacelog.session.errors import SplitsToolCall, StaleRequest
 from surfacelog.session.session import AppendSpec, Session
 
 CHECKPOINT_INTRO = ("Checkpoint: a condensed account of an earlier part of this "
@@ -63,25 +63,6 @@ class PruneRequest(Struct, frozen=True):
     target: int
     content: list[dict[str, Any]]
     shadowed_token_count: int
-
-
-class StaleRequest(SurfacelogError):
-    """The request was computed from a surface the session has left (another replace
-    ran since, or the range or target is no longer current). Nothing was appended;
-    re-read the surface and decide again. The actors raise it to callers as
-    ``surfacelog.actors.protocol.Conflict``, a subclass."""
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), self.args)
-
-
-class SplitsToolCall(ValueError, SurfacelogError):
-    """A compaction range would split a tool call from its result (docs/rules.md §13: a cut is
-    allowed only where every tool call before it has its result before it). Nothing
-    was appended; choose the range again (``choose_range`` only picks safe cuts)."""
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), self.args)
 
 
 # -- safe cuts ---------------------------------------------------------------------------

@@ -14,18 +14,14 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.events import Event, ReplaceOp
 from surfacelog.schema.messages import TextBlock, message
+from surfacelog.session.errors import ContextError
 from surfacelog.session.jsonvalue import json_equal
 from surfacelog.session.session import AppendSpec, Session
 
 CONTEXT_TYPE = "context/message"
 DEFAULT_PLUGIN = "workspace"
-
-
-class ContextError(ValueError, SurfacelogError):
-    """A context message that names no plugin (``source.kind`` must be ``plugin``)."""
 
 
 def context_message(body: str, *, plugin: str = DEFAULT_PLUGIN) -> dict[str, Any]:

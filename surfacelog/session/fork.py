@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 from msgspec import UNSET
 
-from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
+from surfacelog.session.errors import ForkError
 from surfacelog.session.session import Session, now_ms
 from surfacelog.session.turns import open_turn_start
 
@@ -16,18 +16,6 @@ SESSION_ALREADY_EXISTS = "SESSION_ALREADY_EXISTS"
 SESSION_NOT_FOUND = "SESSION_NOT_FOUND"
 INVALID_BOUNDARY = "INVALID_BOUNDARY"
 OPEN_TURN = "OPEN_TURN"
-
-
-class ForkError(ValueError, SurfacelogError):
-    """A fork was refused; ``code`` says why."""
-
-    def __init__(self, code: str, detail: str) -> None:
-        self.code = code
-        self.detail = detail
-        super().__init__(f"{code}: {detail}")
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.code, self.detail))
 
 
 def fork(

@@ -11,7 +11,8 @@ import pytest
 from surfacelog.actors.client import Client, connect
 from surfacelog.actors.config import HostingConfig
 from surfacelog.actors.protocol import ShardUnavailable
-from surfacelog.session.fork import SESSION_ALREADY_EXISTS, ForkError
+from surfacelog.session.errors import ForkError
+from surfacelog.session.fork import SESSION_ALREADY_EXISTS
 from surfacelog.store.shardmap import Shard, ShardMap
 from surfacelog.store.sqlite import SqliteEventStore
 

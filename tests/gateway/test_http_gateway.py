@@ -606,7 +606,7 @@ def test_every_typed_error_maps_to_its_status() -> None:
     from surfacelog.actors.protocol import Conflict, SessionUnavailable, ShardUnavailable
     from surfacelog.gateway.problems import OutcomeUnknown, problem_for
     from surfacelog.schema.errors import SurfaceError, SurfacelogError
-    from surfacelog.session.fork import ForkError
+    from surfacelog.session.errors import ForkError
     from surfacelog.store.errors import CommitFailed, CorruptStore, SessionNotFound
 
     cases: list[tuple[SurfacelogError | RayActorError, int]] = [

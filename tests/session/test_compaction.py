@@ -19,8 +19,6 @@ from surfacelog.session import (
     PRUNE_MARKER,
     SUMMARY_NOT_SMALLER,
     Session,
-    SplitsToolCall,
-    StaleRequest,
     block_tokens,
     check_compaction,
     check_prune,
@@ -35,6 +33,7 @@ from surfacelog.session import (
     safe_cuts,
 )
 from surfacelog.session.compaction import CompactionRequest, PruneRequest
+from surfacelog.session.errors import SplitsToolCall, StaleRequest
 
 from support.sessiongen import build_session, sessions
 

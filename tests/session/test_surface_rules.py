@@ -33,7 +33,6 @@ from surfacelog.schema import (
 )
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session import (
-    ForkError,
     Session,
     derive_messages_linear,
     fold_surface,
@@ -42,6 +41,7 @@ from surfacelog.session import (
     replay,
     upgrade_legacy,
 )
+from surfacelog.session.errors import ForkError
 
 from support.shared_examples import EXAMPLES, blank_texts
 

@@ -14,12 +14,8 @@ from surfacelog.actors.client import connect
 from surfacelog.actors.config import HostingConfig
 from surfacelog.schema.events import ReplaceOp
 from surfacelog.session import Session, replay
-from surfacelog.session.context import (
-    ContextError,
-    context_message,
-    context_spec,
-    current_context,
-)
+from surfacelog.session.context import context_message, context_spec, current_context
+from surfacelog.session.errors import ContextError
 
 USER = {"id": "u", "role": "user", "source": {"kind": "user"},
         "content": [{"type": "text", "text": "hi"}]}

@@ -560,7 +560,7 @@ def fork_command(
     from surfacelog.cli.forking import FORK_EXIT, fork_stored
     from surfacelog.cli.render import echo
     from surfacelog.schema.codec import encode_json
-    from surfacelog.session.fork import ForkError
+    from surfacelog.session.errors import ForkError
     from surfacelog.store.errors import StoreError
 
     try:

@@ -65,7 +65,7 @@ from surfacelog.schema.events import Event
 from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
 from surfacelog.session import AppendSpec, now_ms
-from surfacelog.session.compaction import StaleRequest
+from surfacelog.session.errors import StaleRequest
 from surfacelog.store.base import EventStore, ScopedEventStore, require_scoped
 from surfacelog.store.errors import (
     ScopeConflict,
