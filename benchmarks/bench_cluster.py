@@ -67,12 +67,8 @@ from surfacelog.actors.config import (
     SESSION_RESOURCE,
     HostingConfig,
 )
-from surfacelog.actors.raycompat import (
-    RayCompatError,
-    auth_mode,
-    ensure_auth_token,
-    require_token_auth,
-)
+from surfacelog.actors.errors import RayCompatError
+from surfacelog.actors.raycompat import auth_mode, ensure_auth_token, require_token_auth
 from surfacelog.cli.loadrun import cpu_by_process, cpu_spent
 from surfacelog.schema.codec import encode_json
 from surfacelog.session import AppendSpec

@@ -70,11 +70,11 @@ SPECIAL: dict[str, Callable[[type[Any]], BaseException]] = {
         lambda cls: cls("stored row is missing", "s-1", 4),
     "surfacelog.session.errors.ForkError":
         lambda cls: cls("OPEN_TURN", "the source has an open turn"),
-    "surfacelog.cli.outputs.OutputError":
+    "surfacelog.cli.errors.OutputError":
         lambda cls: cls("refusing to write x.db", False),
-    "surfacelog.gateway.httpclient.GatewayError":
+    "surfacelog.gateway.errors.GatewayError":
         lambda cls: cls(418, "teapot", "the detail"),
-    "surfacelog.actors.coalesce.RequestError":
+    "surfacelog.actors.errors.RequestError":
         lambda cls: cls(ValueError("refused at the actor")),
     "google.adk.errors.already_exists_error.AlreadyExistsError":
         lambda cls: cls("session s-1 exists"),
@@ -103,7 +103,7 @@ def test_every_module_was_imported_and_exceptions_found() -> None:
     found = {_name(c) for c in EXCEPTIONS}
     assert {"surfacelog.schema.errors.SurfacelogError", "surfacelog.schema.errors.LogError",
             "surfacelog.store.errors.CorruptStore", "surfacelog.runtime.errors.Conflict",
-            "surfacelog.session.errors.ForkError", "surfacelog.store.shardmap.ShardConfigError",
+            "surfacelog.session.errors.ForkError", "surfacelog.store.errors.ShardConfigError",
             } <= found
     assert set(PENDING) <= found, "a PENDING class no longer exists: remove its entry"
 
@@ -137,8 +137,7 @@ def test_pickles_to_the_same_error(cls: type[BaseException]) -> None:
 def test_standard_bases_are_kept() -> None:
     from surfacelog.actors.protocol import Conflict, SessionUnavailable
     from surfacelog.session.errors import ForkError, SplitsToolCall, StaleRequest
-    from surfacelog.store.errors import StoreError
-    from surfacelog.store.shardmap import ShardConfigError
+    from surfacelog.store.errors import ShardConfigError, StoreError
 
     for cls in (LogError, SplitsToolCall, ForkError, ShardConfigError):
         assert issubclass(cls, ValueError)

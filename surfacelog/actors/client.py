@@ -27,7 +27,6 @@ from surfacelog.actors.coalesce import (
     LineStats,
     Outcome,
     Request,
-    RequestError,
     outcomes_from_wire,
     requests_to_wire,
 )
@@ -38,13 +37,13 @@ from surfacelog.actors.config import (
     Placement,
     Writer,
 )
+from surfacelog.actors.errors import RequestError, ShardUnavailable
 from surfacelog.actors.journal import RemoteJournal, flush_journal, journal_name
 from surfacelog.actors.metrics import Recorder
 from surfacelog.actors.protocol import (
     ActorStats,
     LoggedEvents,
     SessionStats,
-    ShardUnavailable,
     decode_events,
     decode_messages,
     encode_append,

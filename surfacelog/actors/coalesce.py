@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
-from surfacelog.schema.errors import SurfacelogError
+from surfacelog.actors.errors import RequestError
 
 R = TypeVar("R")
 
@@ -52,25 +52,6 @@ class Request:
     args: tuple[Any, ...]
     key: Hashable
     size: int = 0
-
-
-class RequestError(SurfacelogError):
-    """The exception ``error`` that one request of a coalesced call raised at the actor
-    (its neighbours in the call are not concerned)."""
-
-    __slots__ = ("_error",)  # held outside __dict__: an exception compares by identity
-
-    def __init__(self, error: BaseException) -> None:
-        super().__init__(f"{type(error).__name__}: {error}")
-        self._error = error
-
-    @property
-    def error(self) -> BaseException:
-        """The request's own exception, as the actor raised it."""
-        return self._error
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.error,))
 
 
 @dataclass(frozen=True, slots=True)

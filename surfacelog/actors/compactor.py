@@ -23,8 +23,8 @@ from ray.exceptions import RayActorError
 
 from surfacelog.actors.client import Client, SessionHandle, connect
 from surfacelog.actors.config import HostingConfig
-from surfacelog.actors.protocol import Conflict, ShardUnavailable, failure_line
-from surfacelog.schema.errors import SurfacelogError
+from surfacelog.actors.errors import ShardUnavailable, SummariserError
+from surfacelog.actors.protocol import Conflict, failure_line
 from surfacelog.schema.events import Event
 from surfacelog.session.compaction_policy import (
     choose_range,
@@ -38,10 +38,6 @@ from surfacelog.store.errors import CommitFailed
 
 Blocks = list[dict[str, Any]]
 AnySummariser = Callable[[Sequence[Event]], "Blocks | Awaitable[Blocks]"]
-
-
-class SummariserError(ValueError, SurfacelogError):
-    """A summariser named by import path that cannot be loaded: names the path and why."""
 
 
 def load_summariser(path: str) -> AnySummariser:

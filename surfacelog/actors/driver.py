@@ -21,14 +21,9 @@ from ray.exceptions import RayActorError
 
 from surfacelog.actors.client import Client, connect
 from surfacelog.actors.config import HostingConfig
-from surfacelog.actors.protocol import (
-    Conflict,
-    LoggedEvents,
-    SessionUnavailable,
-    ShardUnavailable,
-)
+from surfacelog.actors.errors import ShardUnavailable, TurnInterrupted
+from surfacelog.actors.protocol import Conflict, LoggedEvents, SessionUnavailable
 from surfacelog.actors.script import AgentScript, ScriptConfig
-from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec, SurfaceSnapshot
 from surfacelog.session.turns import last_turn_boundary
@@ -76,10 +71,6 @@ class DriverHandle(Protocol):
                           plugin: str = ...) -> Event | None: ...
 
     async def flush(self) -> None: ...
-
-
-class TurnInterrupted(SurfacelogError):
-    """Crash repair closed the turn the driver was in."""
 
 
 class SurfacePoint(msgspec.Struct, array_like=True):

@@ -390,13 +390,6 @@ def decode_events(payload: EventsPayload) -> list[Event]:
     return payload
 
 
-class ShardUnavailable(SessionUnavailable):
-    """The shard that holds (or would hold) the session did not answer within the retry
-    window: its node is lost or its writer cannot start. Sessions of other shards are
-    unaffected; the shard serves again when a node offering its resource and holding
-    its file returns."""
-
-
 def failure_line(subject: str, exc: BaseException) -> str:
     """How a failure is reported in lists of them (write failures, failed
     passivations): ``subject: ErrorClass: message``; the subject is a session id or,

@@ -28,16 +28,10 @@ import importlib
 import inspect
 from typing import Any, Final, NamedTuple
 
-from surfacelog.schema.errors import SurfacelogError
+from surfacelog.actors.errors import RayCompatError
 
 CHECKED_WITH: Final = "2.60.0"
 """The Ray release every name of ``USED`` was checked against."""
-
-
-class RayCompatError(RuntimeError, SurfacelogError):
-    """A private Ray name this package uses is missing from the installed Ray (or this
-    Ray predates it, e.g. token authentication): names it, the installed release and
-    ``CHECKED_WITH``."""
 
 
 class PrivateName(NamedTuple):

@@ -42,10 +42,9 @@ import psutil
 from surfacelog.actors.retry import Backoff
 from surfacelog.store.backends import store_backend
 from surfacelog.store.base import EventStore
-from surfacelog.store.errors import StoreError
+from surfacelog.store.errors import ReplicaError, StoreError
 from surfacelog.store.replica import (
     REPLICATED_STORE_OPTIONS,
-    ReplicaError,
     ReplicaPlan,
     litestream_binary,
     restore_if_missing,

@@ -55,7 +55,8 @@ def either(command: str, db: str | None, shards: Path | None) -> ShardMap | None
     message unless exactly one of DB and ``--shards`` is given, or when the shard
     configuration cannot be read or is malformed."""
     from surfacelog.cli.render import echo
-    from surfacelog.store.shardmap import ShardConfigError, load_shard_map
+    from surfacelog.store.errors import ShardConfigError
+    from surfacelog.store.shardmap import load_shard_map
 
     if db is not None and shards is not None:
         raise usage(command, "give either DB or --shards FILE, not both")
@@ -122,7 +123,8 @@ def refuse_unsafe_output(output: Path | None, databases: list[str], force: bool)
     """Refuse (exit 2, one line) an output that would destroy data: see ``outputs``."""
     if output is None:
         return
-    from surfacelog.cli.outputs import OutputError, check_output
+    from surfacelog.cli.errors import OutputError
+    from surfacelog.cli.outputs import check_output
     from surfacelog.cli.render import echo
 
     try:

@@ -34,8 +34,8 @@ import msgspec
 from ray.exceptions import RayError
 
 from surfacelog.actors.client import local_ray_on_loopback
+from surfacelog.actors.errors import RayCompatError
 from surfacelog.actors.raycompat import (
-    RayCompatError,
     auth_mode,
     ensure_auth_token,
     reload_ray_config,

@@ -32,22 +32,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
-from surfacelog.schema.errors import SurfacelogError
+from surfacelog.cli.errors import OutputError
 
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 _SIDE_FILES: Final = ("-wal", "-shm", "-journal")
-
-
-class OutputError(SurfacelogError):
-    """An output file is refused (it would destroy data), or could not be written.
-    ``refused`` tells which: refused means nothing was touched."""
-
-    def __init__(self, message: str, refused: bool = True) -> None:
-        super().__init__(message)
-        self.refused = refused
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.args[0], self.refused))
 
 
 def _is_sqlite(path: Path) -> bool:

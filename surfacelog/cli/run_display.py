@@ -19,23 +19,18 @@ from rich.table import Table
 
 from surfacelog.actors.client import init_ray
 from surfacelog.actors.raycompat import gcs_server_pid, kill_local_ray_processes
+from surfacelog.cli.errors import OutputError, RayUnreachable
 from surfacelog.cli.loadrun import run_workload
 from surfacelog.cli.localcluster import LocalCluster, make_shard_map, write_shard_map
-from surfacelog.cli.outputs import OutputError
 from surfacelog.cli.report_html import summary_rows, write_html
 from surfacelog.cli.runmodel import RunConfig, Sample
 from surfacelog.schema.codec import encode_json
-from surfacelog.schema.errors import SurfacelogError
 
 EXIT_OK, EXIT_VERIFY_FAILED, EXIT_ERRORS, EXIT_FAILED = 0, 1, 3, 4
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 CONNECT_TIMEOUT_S = 5.0
 """How long ``--address HOST:PORT`` is tried before the run gives up (exit 4): Ray's
 own connect retries for minutes."""
-
-
-class RayUnreachable(ConnectionError, SurfacelogError):
-    """``--address`` does not accept a connection within ``CONNECT_TIMEOUT_S``."""
 
 
 def probe_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:

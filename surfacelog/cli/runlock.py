@@ -14,11 +14,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from surfacelog.schema.errors import SurfacelogError
-
-
-class DatabaseInUse(SurfacelogError):
-    """Another ``surfacelog run`` holds the database (or shard map) file."""
+from surfacelog.cli.errors import DatabaseInUse
 
 
 class RunLock:

@@ -20,9 +20,11 @@ from typing import Final
 
 import typer
 
-from surfacelog.gateway.auth import AuthConfig, TokenConfigError, is_loopback, load_auth
+from surfacelog.gateway.auth import AuthConfig, is_loopback, load_auth
+from surfacelog.gateway.errors import TokenConfigError
 from surfacelog.schema.errors import SurfacelogError
-from surfacelog.store.shardmap import ShardConfigError, ShardMap, load_shard_map
+from surfacelog.store.errors import ShardConfigError
+from surfacelog.store.shardmap import ShardMap, load_shard_map
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1

@@ -28,13 +28,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from surfacelog.actors.client import Client, SessionHandle
 from surfacelog.gateway import wire
-from surfacelog.gateway.auth import AuthConfig, Forbidden, Grant
+from surfacelog.gateway.auth import AuthConfig, Grant
+from surfacelog.gateway.errors import BadRequest, BodyTooLarge, Forbidden, OutcomeUnknown
 from surfacelog.gateway.ids import check_id, new_id, valid_id
 from surfacelog.gateway.problems import (
     PROBLEM_MEDIA_TYPE,
-    BadRequest,
-    BodyTooLarge,
-    OutcomeUnknown,
     ProblemReply,
     problem,
     problem_for,

@@ -24,24 +24,11 @@ from typing import Final
 
 from msgspec import Struct
 
-from surfacelog.gateway.ids import InvalidSessionId, check_prefix
-from surfacelog.schema.errors import SurfacelogError
+from surfacelog.gateway.errors import InvalidSessionId, TokenConfigError, Unauthorized
+from surfacelog.gateway.ids import check_prefix
 
 TOKENS_ENV: Final = "SURFACELOG_GATEWAY_TOKENS"
 MIN_TOKEN_LENGTH: Final = 16
-
-
-class TokenConfigError(ValueError, SurfacelogError):
-    """The token file or variable cannot be read or is malformed (the message names
-    the line, not the token)."""
-
-
-class Unauthorized(SurfacelogError):
-    """A request without a bearer token, or with one that is not configured."""
-
-
-class Forbidden(SurfacelogError):
-    """The request's token is not allowed the session it names."""
 
 
 class Grant(Struct, frozen=True):

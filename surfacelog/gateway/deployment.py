@@ -20,7 +20,7 @@ from surfacelog.actors.client import connect
 from surfacelog.actors.config import HostingConfig
 from surfacelog.gateway.app import build_app
 from surfacelog.gateway.auth import AuthConfig, is_loopback
-from surfacelog.schema.errors import SurfacelogError
+from surfacelog.gateway.errors import GatewayUnreachable, InsecureBind
 
 APP_NAME: Final = "surfacelog-gateway"
 DEPLOYMENT_NAME: Final = "Gateway"
@@ -29,16 +29,6 @@ MAX_ONGOING_REQUESTS: Final = 1_000
 
 
 READY_TIMEOUT_S: Final = 30.0
-
-
-class InsecureBind(SurfacelogError):
-    """Authentication is off and the gateway would listen beyond loopback."""
-
-
-class GatewayUnreachable(SurfacelogError):
-    """The gateway was deployed but does not answer where it should: Serve already ran
-    in this cluster with other HTTP options (``serve.start``'s options apply only when
-    Serve starts), or its proxy did not come up."""
 
 
 class _Gateway:

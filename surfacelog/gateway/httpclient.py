@@ -22,6 +22,7 @@ from surfacelog.actors.config import HostingConfig
 from surfacelog.actors.driver import DriverActor, DriverHandle, DriverProgress
 from surfacelog.actors.protocol import Conflict, LoggedEvents, SessionUnavailable
 from surfacelog.actors.script import ScriptConfig
+from surfacelog.gateway.errors import GatewayError
 from surfacelog.schema.codec import JSON_ENCODER, decode_event
 from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.events import Event
@@ -32,17 +33,6 @@ from surfacelog.store.shardmap import Shard, ShardMap
 
 PREFIX: Final = "/v1/sessions"
 TIMEOUT_S: Final = 120.0
-
-
-class GatewayError(SurfacelogError):
-    """The gateway refused a request with a problem this client has no type for."""
-
-    def __init__(self, status: int, slug: str, detail: str) -> None:
-        super().__init__(f"HTTP {status} {slug}: {detail}")
-        self.status, self.slug, self.detail = status, slug, detail
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.status, self.slug, self.detail))
 
 
 class _EventsReply(msgspec.Struct):

@@ -13,17 +13,12 @@ import re
 import secrets
 from typing import Final
 
-from surfacelog.schema.errors import SurfacelogError
+from surfacelog.gateway.errors import InvalidSessionId
 
 MAX_ID_LENGTH: Final = 128
 MAX_PREFIX_LENGTH: Final = 64
 _ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _PREFIX: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-class InvalidSessionId(SurfacelogError):
-    """A session id (or an id prefix) is empty, too long or has a character outside
-    ``[A-Za-z0-9._-]`` (or does not start with a letter or digit)."""
 
 
 def valid_id(value: str) -> bool:

@@ -15,8 +15,14 @@ from typing import Any, Final
 from ray.exceptions import RayActorError
 
 from surfacelog.actors.protocol import SessionUnavailable
-from surfacelog.gateway.auth import Forbidden, Unauthorized
-from surfacelog.gateway.ids import InvalidSessionId
+from surfacelog.gateway.errors import (
+    BadRequest,
+    BodyTooLarge,
+    Forbidden,
+    InvalidSessionId,
+    OutcomeUnknown,
+    Unauthorized,
+)
 from surfacelog.schema.errors import LogError, SurfacelogError
 from surfacelog.session.errors import ContextError, ForkError, SplitsToolCall, StaleRequest
 from surfacelog.session.fork import (
@@ -36,19 +42,6 @@ from surfacelog.store.errors import (
 PROBLEM_BASE: Final = "urn:surfacelog:problem:"
 PROBLEM_MEDIA_TYPE: Final = "application/problem+json"
 RETRY_AFTER_S: Final = 1
-
-
-class BadRequest(SurfacelogError):
-    """A request whose parameters or body cannot be read (not JSON, a wrong field)."""
-
-
-class BodyTooLarge(SurfacelogError):
-    """A request body beyond the gateway's limit (``MAX_BODY_BYTES``)."""
-
-
-class OutcomeUnknown(SurfacelogError):
-    """The session's actor died during an append sent without ``expectedSeq``: it may
-    or may not have been logged. Resend with ``expectedSeq`` to make it exactly once."""
 
 
 _BY_CLASS: Final[tuple[tuple[type[BaseException], int, str, str], ...]] = (

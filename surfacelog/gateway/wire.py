@@ -14,7 +14,7 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-from surfacelog.gateway.problems import BadRequest
+from surfacelog.gateway.errors import BadRequest
 from surfacelog.schema.events import Event, surface_op_from_json
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session import AppendSpec, SurfaceSnapshot

@@ -61,6 +61,7 @@ from surfacelog.store.dsh_sources import SESSION_FILES, session_files
 from surfacelog.store.errors import (
     CommitFailed,
     CorruptStore,
+    DshFileCorrupt,
     SeqMismatch,
     SessionExists,
     SessionNotFound,
@@ -89,11 +90,6 @@ _OWN_TAILS: Final = (
     (rb',"surfaceOp":("append"|\{"op":"replace","start":\d+,"end":\d+\})', 5),
     (rb',"sourceEventSeqs":(\[[\d,]*\])', 4),
 )
-
-
-class DshFileCorrupt(CorruptStore):
-    """A DSH session file whose committed part cannot be read (a bad line before a later
-    ``turn/end``, a corrupt zstd frame, a frame ending mid-line)."""
 
 
 def _own_line(line: bytes) -> StoredRow | None:

@@ -19,7 +19,7 @@ import msgspec
 from surfacelog.schema.codec import JSON_DECODER, JSON_ENCODER, LogFile, decode_records
 from surfacelog.schema.dsh import PACKED_TYPES, ReadNotes
 from surfacelog.schema.errors import LogError
-from surfacelog.store.errors import StoreError
+from surfacelog.store.errors import DshSourceError
 
 DSH_SCHEMA_VERSION: Final = 17
 DSH_APPLICATION_ID: Final = 0x44534850  # "DSHP"
@@ -36,11 +36,6 @@ class _Members(msgspec.Struct):
 
 
 _MEMBERS: Final = msgspec.json.Decoder(_Members)
-
-
-class DshSourceError(StoreError):
-    """A DSH sessions root or database this build cannot read as a whole (a root
-    holding both encodings, a database of another schema version or not DSH's)."""
 
 
 # -- the JSONL sessions root --------------------------------------------------------------

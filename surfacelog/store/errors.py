@@ -93,16 +93,74 @@ class Unsupported(StoreError):
     """The backend does not implement this optional store feature."""
 
 
+class DshFileCorrupt(CorruptStore):
+    """A DSH session file whose committed part cannot be read (a bad line before a later
+    ``turn/end``, a corrupt zstd frame, a frame ending mid-line)."""
+
+
+class ReplicaError(StoreError):
+    """Base of the replica errors: each names the shard or file and what went wrong."""
+
+
+class LitestreamNotFound(ReplicaError):
+    """The ``litestream`` command is neither beside the interpreter nor on ``PATH``."""
+
+
+class ReplicaEmpty(ReplicaError):
+    """The replica holds no backup of the shard (nothing was ever replicated there, or
+    the URL or directory is wrong)."""
+
+
+class RestoreRefused(ReplicaError):
+    """A restore would overwrite something: the target, or a ``-wal``/``-shm`` left
+    beside it (SQLite would apply a stale WAL to the restored file). Nothing changed."""
+
+
+class RestoreFailed(ReplicaError):
+    """``litestream restore`` failed or timed out; nothing was written at the target."""
+
+
+class RestoreVerificationFailed(ReplicaError):
+    """The restored file is not a readable surfacelog store, or a session of it does not
+    load through the full validation; it was discarded and the target left as it was."""
+
+
+class DshSourceError(StoreError):
+    """A DSH sessions root or database this build cannot read as a whole (a root
+    holding both encodings, a database of another schema version or not DSH's)."""
+
+
+class ShardConfigError(ValueError, SurfacelogError):
+    """A shard configuration is malformed: names the file, the JSON path of the bad field
+    (``$.shards[1].path``), its value, the shard and the rule."""
+
+
+class ShardFileError(StoreError):
+    """A shard's database cannot be opened from this machine (missing file, another
+    build's file, unreadable): the message names the shard, its path and why."""
+
+
 __all__ = [
     "BadEvent",
     "CommitFailed",
     "CorruptStore",
     "DatabaseNotFound",
+    "DshFileCorrupt",
+    "DshSourceError",
+    "ImportAbandoned",
+    "LitestreamNotFound",
+    "ReplicaEmpty",
+    "ReplicaError",
+    "RestoreFailed",
+    "RestoreRefused",
+    "RestoreVerificationFailed",
     "ScopeConflict",
     "SeqMismatch",
     "SessionDeleted",
     "SessionExists",
     "SessionNotFound",
+    "ShardConfigError",
+    "ShardFileError",
     "StoreError",
     "Unsupported",
     "VersionRefused",

@@ -43,7 +43,15 @@ from typing import Any, Final
 import msgspec
 
 from surfacelog.store.dirsync import fsync_dir
-from surfacelog.store.errors import StoreError
+from surfacelog.store.errors import (
+    LitestreamNotFound,
+    ReplicaEmpty,
+    ReplicaError,
+    RestoreFailed,
+    RestoreRefused,
+    RestoreVerificationFailed,
+    StoreError,
+)
 from surfacelog.store.shardmap import Shard, is_url
 from surfacelog.store.sqlite import SqliteEventStore
 from surfacelog.store.verify import verify_store
@@ -57,33 +65,6 @@ REPLICATED_STORE_OPTIONS: Final[dict[str, Any]] = {"wal_autocheckpoint": 0,
 """``SqliteEventStore.open`` options of a replicated shard: Litestream runs the
 checkpoints, and the connection waits for Litestream's short write locks."""
 _SIDECARS: Final = ("-wal", "-shm", "-journal")
-
-
-class ReplicaError(StoreError):
-    """Base of the replica errors: each names the shard or file and what went wrong."""
-
-
-class LitestreamNotFound(ReplicaError):
-    """The ``litestream`` command is neither beside the interpreter nor on ``PATH``."""
-
-
-class ReplicaEmpty(ReplicaError):
-    """The replica holds no backup of the shard (nothing was ever replicated there, or
-    the URL or directory is wrong)."""
-
-
-class RestoreRefused(ReplicaError):
-    """A restore would overwrite something: the target, or a ``-wal``/``-shm`` left
-    beside it (SQLite would apply a stale WAL to the restored file). Nothing changed."""
-
-
-class RestoreFailed(ReplicaError):
-    """``litestream restore`` failed or timed out; nothing was written at the target."""
-
-
-class RestoreVerificationFailed(ReplicaError):
-    """The restored file is not a readable surfacelog store, or a session of it does not
-    load through the full validation; it was discarded and the target left as it was."""
 
 
 class RestoreReport(msgspec.Struct, frozen=True):

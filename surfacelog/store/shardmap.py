@@ -27,7 +27,7 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
-from surfacelog.schema.errors import SurfacelogError
+from surfacelog.store.errors import ShardConfigError
 
 DEFAULT_SHARD: Final = "default"
 """The name of the one shard of the embedded default (``./surfacelog.db``)."""
@@ -37,11 +37,6 @@ RESOURCE_PREFIX: Final = "surfacelog_shard_"
 
 MAX_SHARD_CONFIG_BYTES: Final = 1 << 20
 """A shard configuration file larger than this is refused unread."""
-
-
-class ShardConfigError(ValueError, SurfacelogError):
-    """A shard configuration is malformed: names the file, the JSON path of the bad field
-    (``$.shards[1].path``), its value, the shard and the rule."""
 
 
 # The rules of each field, checked by msgspec when a configuration is decoded (and by

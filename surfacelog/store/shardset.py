@@ -23,7 +23,7 @@ from surfacelog.schema.errors import InvalidArgument
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader, check_header
 from surfacelog.store.base import EventStore, SessionInfo
-from surfacelog.store.errors import SessionExists, SessionNotFound, StoreError
+from surfacelog.store.errors import SessionExists, SessionNotFound, ShardFileError, StoreError
 from surfacelog.store.importing import Stored
 from surfacelog.store.jsonl import (
     ExportFormat,
@@ -35,11 +35,6 @@ from surfacelog.store.jsonl import (
 )
 from surfacelog.store.shardmap import Shard, ShardMap
 from surfacelog.store.sqlite import SqliteEventStore
-
-
-class ShardFileError(StoreError):
-    """A shard's database cannot be opened from this machine (missing file, another
-    build's file, unreadable): the message names the shard, its path and why."""
 
 
 class ShardedSession(Struct, frozen=True):

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from surfacelog.actors.coalesce import CallLine, Outcome, Request, RequestError, run_coalesced
+from surfacelog.actors.coalesce import CallLine, Outcome, Request, run_coalesced
+from surfacelog.actors.errors import RequestError
 
 
 class FakeActor:

@@ -13,13 +13,8 @@ import psutil
 import pytest
 
 from surfacelog.actors import raycompat
-from surfacelog.actors.raycompat import (
-    CHECKED_WITH,
-    USED,
-    PrivateName,
-    RayCompatError,
-    check,
-)
+from surfacelog.actors.errors import RayCompatError
+from surfacelog.actors.raycompat import CHECKED_WITH, USED, PrivateName, check
 
 ROOT = Path(__file__).resolve().parents[2]
 

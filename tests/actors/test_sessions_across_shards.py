@@ -10,7 +10,7 @@ import pytest
 
 from surfacelog.actors.client import Client, connect
 from surfacelog.actors.config import HostingConfig
-from surfacelog.actors.protocol import ShardUnavailable
+from surfacelog.actors.errors import ShardUnavailable
 from surfacelog.session.errors import ForkError
 from surfacelog.session.fork import SESSION_ALREADY_EXISTS
 from surfacelog.store.shardmap import Shard, ShardMap

@@ -23,7 +23,8 @@ import pytest
 from typer.testing import CliRunner
 
 from surfacelog.cli import app
-from surfacelog.cli.runlock import DatabaseInUse, RunLock
+from surfacelog.cli.errors import DatabaseInUse
+from surfacelog.cli.runlock import RunLock
 
 from support import paths
 

@@ -544,7 +544,8 @@ async def test_follow_streams_new_events_then_ends(gateway: Gateway,
 # -- configuration and the command ------------------------------------------------------
 
 def test_token_configuration_is_checked_and_never_echoed(tmp_path: Path) -> None:
-    from surfacelog.gateway.auth import TokenConfigError, load_auth
+    from surfacelog.gateway.auth import load_auth
+    from surfacelog.gateway.errors import TokenConfigError
 
     auth = load_auth(environ={"SURFACELOG_GATEWAY_TOKENS": f"{FULL}; {LIMITED} a- b."})
     assert auth.authorize(f"Bearer {LIMITED}").prefixes == ("a-", "b.")
@@ -603,8 +604,10 @@ def test_serve_refuses_to_start_unsafely(tmp_path: Path) -> None:
 def test_every_typed_error_maps_to_its_status() -> None:
     from ray.exceptions import RayActorError
 
-    from surfacelog.actors.protocol import Conflict, SessionUnavailable, ShardUnavailable
-    from surfacelog.gateway.problems import OutcomeUnknown, problem_for
+    from surfacelog.actors.errors import ShardUnavailable
+    from surfacelog.actors.protocol import Conflict, SessionUnavailable
+    from surfacelog.gateway.errors import OutcomeUnknown
+    from surfacelog.gateway.problems import problem_for
     from surfacelog.schema.errors import SurfaceError, SurfacelogError
     from surfacelog.session.errors import ForkError
     from surfacelog.store.errors import CommitFailed, CorruptStore, SessionNotFound

@@ -149,7 +149,8 @@ async def test_the_compactor_follows_the_window_and_the_overflow(tmp_path: Path)
 
 
 def test_summarisers_load_by_import_path() -> None:
-    from surfacelog.actors.compactor import SummariserError, load_summariser
+    from surfacelog.actors.compactor import load_summariser
+    from surfacelog.actors.errors import SummariserError
     from surfacelog.session.compaction_policy import extractive_summary
 
     assert load_summariser("extractive") is extractive_summary

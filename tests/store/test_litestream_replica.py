@@ -26,17 +26,20 @@ from surfacelog.actors.replication import (
     replicated_options,
 )
 from surfacelog.store import SqliteEventStore
-from surfacelog.store.replica import (
+from surfacelog.store.errors import (
     ReplicaEmpty,
-    ReplicaPlan,
     RestoreRefused,
     RestoreVerificationFailed,
+    ShardConfigError,
+)
+from surfacelog.store.replica import (
+    ReplicaPlan,
     litestream_binary,
     restore,
     restore_if_missing,
     sidecars,
 )
-from surfacelog.store.shardmap import Shard, ShardConfigError, ShardMap, load_shard_map
+from surfacelog.store.shardmap import Shard, ShardMap, load_shard_map
 from surfacelog.store.sqlite import sqlite_backend
 
 from support.sessiongen import build_session
@@ -353,7 +356,7 @@ def test_cli_restore(tmp_path: Path) -> None:
 
 def test_a_replica_needs_a_sqlite_file(tmp_path: Path) -> None:
     from surfacelog.actors.replication import shard_writer_parts
-    from surfacelog.store.replica import ReplicaError
+    from surfacelog.store.errors import ReplicaError
 
     root = tmp_path / "dsh-root"
     root.mkdir()

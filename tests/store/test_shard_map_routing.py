@@ -11,13 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from surfacelog.store.shardmap import (
-    DEFAULT_SHARD,
-    Shard,
-    ShardConfigError,
-    ShardMap,
-    load_shard_map,
-)
+from surfacelog.store.errors import ShardConfigError
+from surfacelog.store.shardmap import DEFAULT_SHARD, Shard, ShardMap, load_shard_map
 
 
 def _map(*names: str) -> ShardMap:

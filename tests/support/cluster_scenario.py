@@ -75,13 +75,9 @@ from msgspec import UNSET, to_builtins
 
 from surfacelog.actors.client import Client, connect, local_ray_on_loopback
 from surfacelog.actors.config import NAMESPACE, SESSION_RESOURCE, HostingConfig
-from surfacelog.actors.protocol import Conflict, ShardUnavailable
-from surfacelog.actors.raycompat import (
-    RayCompatError,
-    auth_mode,
-    ensure_auth_token,
-    require_token_auth,
-)
+from surfacelog.actors.errors import RayCompatError, ShardUnavailable
+from surfacelog.actors.protocol import Conflict
+from surfacelog.actors.raycompat import auth_mode, ensure_auth_token, require_token_auth
 from surfacelog.schema.events import Event
 from surfacelog.session import END_SEED, interrupted_turn_closers
 from surfacelog.session.turns import last_turn_boundary, open_turn

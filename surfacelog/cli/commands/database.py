@@ -96,7 +96,7 @@ def export(db: DbArg = None,
     """
     import asyncio
 
-    from surfacelog.cli.outputs import OutputError
+    from surfacelog.cli.errors import OutputError
     from surfacelog.store.errors import StoreError
     from surfacelog.store.jsonl import export_session
     from surfacelog.store.shardset import ShardedStores
@@ -375,11 +375,7 @@ def restore(
     import msgspec
 
     from surfacelog.cli.render import echo
-    from surfacelog.store.replica import (
-        LitestreamNotFound,
-        ReplicaError,
-        RestoreRefused,
-    )
+    from surfacelog.store.errors import LitestreamNotFound, ReplicaError, RestoreRefused
     from surfacelog.store.replica import restore as restore_replica
 
     shard_map = either("restore", None, shards)

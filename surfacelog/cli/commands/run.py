@@ -52,7 +52,8 @@ def run(**options: Any) -> None:
     map ``X.shards.json`` for ``verify``/``digest``/``inspect --shards``;
     ``--kill-node-every S`` removes a random worker node every S seconds and adds it
     back."""
-    from surfacelog.actors.compactor import SummariserError, load_summariser
+    from surfacelog.actors.compactor import load_summariser
+    from surfacelog.actors.errors import SummariserError
 
     try:
         config = RunConfig(**options)
@@ -68,10 +69,11 @@ def run(**options: Any) -> None:
 def _run_locked(config: RunConfig) -> int:
     """Check ``run``'s files before anything starts, then run holding the database's
     lock; returns the exit status (see ``run``)."""
+    from surfacelog.cli.errors import DatabaseInUse
     from surfacelog.cli.localcluster import shard_files
     from surfacelog.cli.render import echo
     from surfacelog.cli.run_display import EXIT_FAILED, run_live
-    from surfacelog.cli.runlock import DatabaseInUse, RunLock
+    from surfacelog.cli.runlock import RunLock
 
     if config.local_nodes:
         files, lock_path = shard_files(config.db.absolute(), config.shard_count)
