@@ -11,7 +11,7 @@ its own, ``SURFACELOG_COALESCE=0``, the behaviour before coalescing):
    event over every process, Ray calls per event);
 3. the same in batch mode;
 4. chunk mode at 1 / 50 / 200 / 1,000 sessions;
-5. a one-event append with nothing else in flight, against the no-op call.
+5. one session's durable chunk appends, one at a time, beside the no-op call.
 
 Each ``surfacelog run`` is a child process with its own embedded Ray (as a user runs it);
 the figures are its JSON report's. ``--quick`` runs rows 1 and 2 at tiny sizes (the
@@ -244,10 +244,11 @@ def run_all(folder: str, quick: bool) -> Report:
                                          "--mode", "chunk", "--drivers", "1"], True)
     p50 = alone["append_latency_ms"]["p50"]
     noop_ms = 1000 / noop_rate
-    report.add(Result("5", "one-event append, nothing else in flight: p50", p50, "ms",
-                      "no-op call", noop_ms, "<= 1.3x", p50 <= 1.3 * noop_ms,
-                      note="the p50 of a one-session chunk run: the session's appends "
-                           "one at a time"))
+    # No target: each of these appends waits for its durable commit (an fsync), which
+    # the no-op call does not; bench_actors' section 1 compares like with like.
+    report.add(Result("5", "one session's durable chunk appends, one at a time: p50", p50,
+                      "ms", "no-op call", noop_ms,
+                      note="the p50 of a one-session chunk run, commit included"))
     return report
 
 

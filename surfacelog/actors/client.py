@@ -229,7 +229,7 @@ class Client:
         self.retry_for_s = RETRY_FOR_S
         self.coalesce = COALESCE
         """Whether the handles' requests to one actor share calls (``line_to``)."""
-        self._lines: dict[str, tuple[Any, asyncio.AbstractEventLoop, CallLine[Any]]] = {}
+        self._lines: dict[str, tuple[Any, asyncio.AbstractEventLoop, CallLine]] = {}
         self.direct_calls = 0
         """Requests sent in calls of their own with ``coalesce`` off."""
 
@@ -301,7 +301,16 @@ class Client:
     def actor_on(self, shard: Shard, session_id: str) -> Any:
         """Get or create the actor serving ``session_id`` on ``shard``: a
         ``SessionActor``, or with ``writer="owner"`` the shard's ``OwnerActor``."""
+        return self._named_actor(self.actor_name(shard, session_id), shard)
+
+    def route(self, shard: Shard, session_id: str) -> tuple[Any, CallLine]:
+        """The actor serving ``session_id`` on ``shard`` and this process's line to it
+        (its name found once: this is every request's path)."""
         name = self.actor_name(shard, session_id)
+        actor = self._named_actor(name, shard)
+        return actor, self.line_to(name, actor)
+
+    def _named_actor(self, name: str, shard: Shard) -> Any:
         actor = self._actors.get(name)
         if actor is None:
             if self.config.writer == "owner":
@@ -318,7 +327,7 @@ class Client:
             self._actors[name] = actor
         return actor
 
-    def line_to(self, name: str, actor: Any) -> CallLine[Any]:
+    def line_to(self, name: str, actor: Any) -> CallLine:
         """The line of this process's requests to ``actor`` (named ``name``), made on
         first use; a new one for a new handle under the same name (a restarted
         dedicated actor) or another event loop."""
@@ -335,7 +344,7 @@ class Client:
             ref = actor.call_many.remote(requests_to_wire(requests))
             return outcomes_from_wire(await asyncio.wrap_future(ref.future()))
 
-        line: CallLine[Any] = CallLine(one, many)
+        line: CallLine = CallLine(one, many)
         self._lines[name] = (actor, loop, line)
         return line
 
@@ -344,10 +353,7 @@ class Client:
         total = LineStats(calls=self.direct_calls, requests=self.direct_calls,
                           largest=min(self.direct_calls, 1))
         for _, _, line in self._lines.values():
-            total.calls += line.stats.calls
-            total.requests += line.stats.requests
-            total.coalesced_calls += line.stats.coalesced_calls
-            total.largest = max(total.largest, line.stats.largest)
+            total.add(line.stats)
         return total
 
     def forget(self, session_id: str) -> None:
@@ -602,14 +608,14 @@ class SessionHandle:
         call_args = (self.session_id, *args) if keyed else args
         while True:
             shard = await client.shard_of(self.session_id)
-            actor = client.actor_on(shard, self.session_id)
             try:
                 if client.coalesce:
-                    line = client.line_to(client.actor_name(shard, self.session_id), actor)
+                    _, line = client.route(shard, self.session_id)
                     sent: Any = line.submit(Request(method, call_args, self.session_id,
                                                     _payload_size(call_args)))
                 else:
                     client.direct_calls += 1
+                    actor = client.actor_on(shard, self.session_id)
                     sent = getattr(actor, method).remote(*call_args)
                 # An actor whose node is gone waits for a node offering its shard's
                 # resource; without a deadline the caller would wait with it.

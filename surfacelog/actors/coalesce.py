@@ -30,11 +30,9 @@ import asyncio
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final
 
 from surfacelog.actors.errors import RequestError
-
-R = TypeVar("R")
 
 MAX_ITEMS: Final = 512
 """Requests per coalesced call, at most."""
@@ -71,6 +69,13 @@ class LineStats:
     requests: int = 0
     coalesced_calls: int = 0
     largest: int = 0
+
+    def add(self, other: LineStats) -> None:
+        """Count ``other``'s calls in these."""
+        self.calls += other.calls
+        self.requests += other.requests
+        self.coalesced_calls += other.coalesced_calls
+        self.largest = max(self.largest, other.largest)
 
     def sent(self, n: int) -> None:
         self.calls += 1
@@ -117,7 +122,7 @@ SendOne = Callable[[Request], Awaitable[Any]]
 SendMany = Callable[[Sequence[Request]], Awaitable[Sequence[Outcome]]]
 
 
-class CallLine(Generic[R]):
+class CallLine:
     """The line of requests from this process to one actor (see the module's
     docstring). ``send_one`` sends a request alone (its method called directly, the
     path of a lone request); ``send_many`` sends several in one call and returns one

@@ -262,7 +262,8 @@ class LiveSession:
 
     async def _commit(self, specs: Sequence[AppendSpec], owned: bool = False,
                       state: StateDelta | None = None) -> list[Event]:
-        await self._take()
+        if self.epoch is None:  # only loaded: the first write takes it
+            await self._take()
         with self.session.atomic():
             events = self.session.append_batch(specs, owned=owned)
             await self._persist(events, state)

@@ -51,7 +51,7 @@ class FakeActor:
     async def many(self, requests: Sequence[Request]) -> list[Outcome]:
         return await self._call(requests)
 
-    def line(self, **bounds: int) -> CallLine[Any]:
+    def line(self, **bounds: int) -> CallLine:
         return CallLine(self.one, self.many, **bounds)
 
 

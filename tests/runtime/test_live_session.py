@@ -24,8 +24,9 @@ from surfacelog.session.compaction_policy import (
     safe_cuts,
 )
 from surfacelog.store.errors import CommitFailed, WriterFenced
-from surfacelog.store.rows import EncodedBatch
 from surfacelog.store.sqlite import SqliteEventStore
+
+from support.failing_stores import LostAckStore
 
 
 @pytest.fixture
@@ -218,21 +219,6 @@ async def test_unknown_compaction_range_is_a_conflict(store: SqliteEventStore) -
                             shadowed_token_count=1, checkpoint_id="x")
     with pytest.raises(Conflict):
         await host.compact(req)
-
-
-class LostAckStore(SqliteEventStore):
-    """The real store, except that the next append commits and then reports a failure
-    (a journal that died after its commit, a lost reply)."""
-
-    lose_next = False
-
-    async def append_stored(self, session_id: str, batch: EncodedBatch, *, epoch: int,
-                            durable: bool = True, resend: bool = False) -> None:
-        await super().append_stored(session_id, batch, epoch=epoch, durable=durable,
-                                    resend=resend)
-        if self.lose_next:
-            self.lose_next = False
-            raise CommitFailed("the commit's acknowledgement was lost")
 
 
 async def test_a_write_with_an_unknown_outcome_reloads_the_session(tmp_path: Path) -> None:

@@ -33,9 +33,9 @@ from surfacelog.store.errors import (
     Unsupported,
     WriterFenced,
 )
-from surfacelog.store.rows import EncodedBatch
 from surfacelog.store.sqlite import SqliteEventStore
 
+from support.failing_stores import LostAckStore
 from support.sessiongen import build_session, header, open_turn
 
 
@@ -170,21 +170,6 @@ async def test_a_deleted_session_is_neither_loaded_nor_created(tmp_path: Path) -
             await EmbeddedHandle("d", store).events()
     finally:
         await store.close()
-
-
-class LostAckStore(SqliteEventStore):
-    """The real store, except that the next append commits and then reports a failure
-    (a lost acknowledgement)."""
-
-    lose_next = False
-
-    async def append_stored(self, session_id: str, batch: EncodedBatch, *, epoch: int,
-                            durable: bool = True, resend: bool = False) -> None:
-        await super().append_stored(session_id, batch, epoch=epoch, durable=durable,
-                                    resend=resend)
-        if self.lose_next:
-            self.lose_next = False
-            raise CommitFailed("the commit's acknowledgement was lost")
 
 
 async def test_an_unknown_outcome_reloads_and_the_resend_lands_once(tmp_path: Path
