@@ -89,7 +89,6 @@ def _run(shard_map: ShardMap, host: str, port: int, auth: AuthConfig, address: s
     from surfacelog.gateway.deployment import start_gateway, stop_gateway
 
     logging.getLogger("ray").setLevel(logging.WARNING)
-    logging.getLogger("ray.serve").setLevel(logging.WARNING)
     packed = placement == "packed"
     hosting = HostingConfig(
         shard_map, placement="packed" if packed else "dedicated",

@@ -1,9 +1,10 @@
-"""The HTTP gateway: a Ray Serve application (FastAPI ingress) over the session actors.
+"""The HTTP gateway: a FastAPI app over the session actors, served by replicas that are
+plain Ray actors running uvicorn.
 
 Modules by responsibility: ``ids`` (session id rules), ``auth`` (bearer tokens and
 their session-id prefixes), ``problems`` (typed errors -> HTTP problem documents),
-``wire`` (request and response bodies), ``app`` (the routes), ``deployment`` (the Serve
-deployment and starting it), ``openapi`` (the checked-in OpenAPI document).
-
-Only ``deployment`` imports Ray Serve; the rest imports FastAPI and the layers below.
+``wire`` (request and response bodies), ``app`` (the routes), ``ingress`` (a replica:
+uvicorn serving the app from a Ray actor), ``deployment`` (starting and stopping the
+replicas), ``openapi`` (the checked-in OpenAPI document), ``httpclient`` (the load run's
+HTTP drivers).
 """

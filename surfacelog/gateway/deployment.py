@@ -1,10 +1,8 @@
-"""The gateway as a Ray Serve application: one FastAPI ingress deployment whose
-replicas each hold a ``Client`` of the same deployment (``HostingConfig``) and so reach
-the same session actors as any Python client of the cluster.
-
-``start_gateway`` starts Serve's HTTP proxy on the given host and port (loopback by
-default) and deploys the app; ``stop_gateway`` removes it. The replicas get the
-``HostingConfig`` and the ``AuthConfig`` (token digests, never tokens) as arguments.
+"""Starting and stopping the gateway: ``start_gateway`` starts its replicas
+(``ingress.GatewayReplica``, plain Ray actors on this node sharing one ``host:port``)
+and returns once it answers there; ``stop_gateway`` stops them. The replicas get the
+``HostingConfig`` and the ``AuthConfig`` (token digests, never tokens) as arguments;
+they belong to the process that started them (they end with it).
 """
 
 from __future__ import annotations
@@ -13,59 +11,65 @@ import time
 from typing import Any, Final
 
 import httpx
-from fastapi import FastAPI
-from ray import serve
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from surfacelog.actors.client import connect
-from surfacelog.actors.config import HostingConfig
-from surfacelog.gateway.app import build_app
+from surfacelog.actors.config import NAMESPACE, HostingConfig
 from surfacelog.gateway.auth import AuthConfig, is_loopback
 from surfacelog.gateway.errors import GatewayUnreachable, InsecureBind
+from surfacelog.gateway.ingress import RemoteReplica
 
-APP_NAME: Final = "surfacelog-gateway"
-DEPLOYMENT_NAME: Final = "Gateway"
-MAX_ONGOING_REQUESTS: Final = 1_000
-"""Requests one replica serves at once: each mostly awaits a session actor."""
-
+REPLICA_PREFIX: Final = "surfacelog-gateway-"
+"""Each replica's actor name is this and its index (in the hosting namespace)."""
 
 READY_TIMEOUT_S: Final = 30.0
+STOP_TIMEOUT_S: Final = 10.0
+
+_started: list[Any] = []
+"""The handles of the replicas this process started: an actor that is not detached
+lives while a handle to it does, so they are held here until ``stop_gateway``."""
 
 
-class _Gateway:
-    """A replica: its client, and the app built over it (``__serve_build_asgi_app__``,
-    called by Serve after the constructor)."""
-
-    def __init__(self, hosting: HostingConfig, auth: AuthConfig) -> None:
-        self._client = connect(config=hosting)
-        self._auth = auth
-
-    def __serve_build_asgi_app__(self) -> FastAPI:
-        return build_app(self._client, self._auth)
-
-
-def gateway_app(hosting: HostingConfig, auth: AuthConfig, *, replicas: int = 1) -> Any:
-    """The Serve application (bound deployment) of the gateway."""
-    deployment = serve.deployment(
-        name=DEPLOYMENT_NAME, num_replicas=replicas,
-        max_ongoing_requests=MAX_ONGOING_REQUESTS,
-        ray_actor_options={"num_cpus": 0},
-    )(serve.ingress()(_Gateway))
-    return deployment.bind(hosting, auth)
+def replica_names() -> list[str]:
+    """The names of the gateway replicas running in this cluster."""
+    return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                  if a["namespace"] == NAMESPACE
+                  and a["name"].startswith(REPLICA_PREFIX))
 
 
 def start_gateway(hosting: HostingConfig, auth: AuthConfig, *, host: str = "127.0.0.1",
                   port: int = 8000, replicas: int = 1) -> str:
-    """Start Serve's HTTP proxy on ``host:port`` and deploy the gateway; returns its
-    URL. Ray must be initialised. Raises ``InsecureBind`` when authentication is off and
-    ``host`` is not loopback."""
+    """Start ``replicas`` gateway replicas on this node, serving ``host:port``; return
+    the URL once the gateway answers there. Ray must be initialised. Raises
+    ``InsecureBind`` when authentication is off and ``host`` is not loopback,
+    ``GatewayUnreachable`` when a gateway already runs in this cluster or the replicas
+    do not answer within ``READY_TIMEOUT_S`` (they are stopped again), ``ValueError``
+    for ``replicas < 1``."""
     if auth.insecure and not is_loopback(host):
         raise InsecureBind(f"--insecure-no-auth serves on loopback only, not on {host}")
-    serve.start(http_options={"host": host, "port": port})
-    serve.run(gateway_app(hosting, auth, replicas=replicas), name=APP_NAME,
-              route_prefix="/")
-    shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{port}"
-    _wait_until_answering(url)
+    if replicas < 1:
+        raise ValueError(f"a gateway needs at least one replica, not {replicas}")
+    running = replica_names()
+    if running:
+        raise GatewayUnreachable(f"a gateway already runs in this cluster "
+                                 f"({', '.join(running)}): stop it first")
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
+                                          soft=False)
+    actors: list[Any] = [
+        RemoteReplica.options(name=f"{REPLICA_PREFIX}{i}", namespace=NAMESPACE,
+                              max_restarts=-1, max_task_retries=0, num_cpus=0,
+                              scheduling_strategy=here).remote(hosting, auth, host, port)
+        for i in range(replicas)]
+    try:
+        ray.get([a.ready.remote(READY_TIMEOUT_S) for a in actors],
+                timeout=READY_TIMEOUT_S + 30)
+        shown = f"[{host}]" if ":" in host else host
+        url = f"http://{shown}:{port}"
+        _wait_until_answering(url)
+    except BaseException:
+        _stop(actors)
+        raise
+    _started.extend(actors)
     return url
 
 
@@ -87,11 +91,24 @@ def _wait_until_answering(url: str) -> None:
                     return
                 last = f"HTTP {reply.status_code}"
             time.sleep(0.2)
-    raise GatewayUnreachable(
-        f"the gateway does not answer at {url} ({last}): Serve may already run in this "
-        "cluster with other HTTP options, which apply only when Serve starts")
+    raise GatewayUnreachable(f"the gateway does not answer at {url} ({last})")
+
+
+def _stop(actors: list[Any]) -> None:
+    """Let each replica finish its requests in flight, then end it (no restart)."""
+    pending = [a.stop.remote(STOP_TIMEOUT_S) for a in actors]
+    ray.wait(pending, num_returns=len(pending), timeout=STOP_TIMEOUT_S + 5)
+    for actor in actors:
+        ray.kill(actor, no_restart=True)
+    _started.clear()
 
 
 def stop_gateway() -> None:
-    """Shut Serve down (its proxy and every application)."""
-    serve.shutdown()  # type: ignore[no-untyped-call]
+    """Stop every gateway replica of this cluster (none running: nothing to do)."""
+    actors = []
+    for name in replica_names():
+        try:
+            actors.append(ray.get_actor(name, namespace=NAMESPACE))
+        except ValueError:  # it ended after it was listed: already stopped
+            continue
+    _stop(actors)

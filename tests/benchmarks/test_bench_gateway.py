@@ -14,7 +14,7 @@ pytestmark = pytest.mark.usefixtures("ray_local")
 
 async def test_figures_are_measured_at_tiny_sizes(tmp_path: Path) -> None:
     bench = load_bench("bench_gateway")
-    base = bench.deploy(str(tmp_path), bench.free_port())
+    base = bench.deploy(str(tmp_path))
     try:
         figures = [await bench.round_trip(base, "b", blocks=1, per_block=2),
                    await bench.concurrent(base, "d", clients=3, per_client=2)]

@@ -1,4 +1,4 @@
-"""The HTTP gateway, tested as a client would: the real Ray Serve app on a loopback port
+"""The HTTP gateway, tested as a client would: its real replicas on a loopback port
 (once for the module, on the test session's local Ray), spoken to with httpx.
 
 Every endpoint, the error mapping, the auth refusals, retries with ``expectedSeq``,
@@ -152,18 +152,18 @@ def _loopback(ip: str) -> bool:
     return (mapped or address).is_loopback
 
 
-def test_serve_listens_on_loopback_only(gateway: Gateway) -> None:
-    """The HTTP proxy listens on loopback only. Ray Serve 2.60's replicas also open an
-    inter-deployment gRPC server on ``[::]:0`` (hard-coded in ``replica.py``, no option
-    to bind it elsewhere; the README says so). Nothing else listens beyond loopback."""
+def test_the_gateway_listens_on_loopback_only(gateway: Gateway) -> None:
+    """The gateway's port is served by its replica on loopback, and no process of the
+    test's Ray listens beyond loopback (Serve's replicas did, on an all-interfaces gRPC
+    port: the gateway no longer runs on Serve)."""
     pids = {p.pid for p in psutil.Process().children(recursive=True)}
     port = int(gateway.url.rsplit(":", 1)[1])
     sockets = [(c.laddr.ip, c.laddr.port, psutil.Process(c.pid).name())
                for c in psutil.net_connections("inet")
                if c.status == psutil.CONN_LISTEN and c.pid in pids]
-    assert [s for s in sockets if s[1] == port] == [("127.0.0.1", port, "ray::ProxyActor")]
-    assert [s for s in sockets if not _loopback(s[0])
-            and not s[2].startswith("ray::ServeReplica:")] == []
+    assert [s for s in sockets if s[1] == port] == [("127.0.0.1", port,
+                                                     "ray::GatewayReplica")]
+    assert [s for s in sockets if not _loopback(s[0])] == []
 
 
 # -- access -----------------------------------------------------------------------------
