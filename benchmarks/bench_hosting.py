@@ -11,7 +11,9 @@ its own, ``SURFACELOG_COALESCE=0``, the behaviour before coalescing):
    event over every process, Ray calls per event);
 3. the same in batch mode;
 4. chunk mode at 1 / 50 / 200 / 1,000 sessions;
-5. one session's durable chunk appends, one at a time, beside the no-op call.
+5. one session's durable chunk appends, one at a time, beside the no-op call;
+6. ``--via http``, 50 sessions, batch mode: the same agents through the HTTP gateway,
+   beside row 3 (the same run through Ray).
 
 Each ``surfacelog run`` is a child process with its own embedded Ray (as a user runs it);
 the figures are its JSON report's. ``--quick`` runs rows 1 and 2 at tiny sizes (the
@@ -249,6 +251,22 @@ def run_all(folder: str, quick: bool) -> Report:
     report.add(Result("5", "one session's durable chunk appends, one at a time: p50", p50,
                       "ms", "no-op call", noop_ms,
                       note="the p50 of a one-session chunk run, commit included"))
+    print("6. via http", flush=True)
+    via_ray = hosted_run(folder, "http-ray", [*base, "--mode", "batch"], True)
+    via_http = hosted_run(folder, "http", [*base, "--mode", "batch", "--via", "http"], True)
+    lat = via_http["append_latency_ms"]
+    report.add(Result("6", f"--via http, batch, {sessions} sessions: events/s",
+                      via_http["events_per_s"], "events/s", "via Ray",
+                      via_ray["events_per_s"], ">= 5,000 events/s",
+                      via_http["events_per_s"] >= 5000,
+                      note=f"p50 {lat['p50']} / p99 {lat['p99']} ms (via Ray "
+                      f"{via_ray['append_latency_ms']['p50']} / "
+                      f"{via_ray['append_latency_ms']['p99']}); CPU/event "
+                      f"{via_http['cpu_ms_per_event']} ms (via Ray "
+                      f"{via_ray['cpu_ms_per_event']})"))
+    report.add(Result("6", f"--via http, batch, {sessions} sessions: p50", lat["p50"], "ms",
+                      "via Ray", via_ray["append_latency_ms"]["p50"], "<= 20 ms",
+                      lat["p50"] <= 20))
     return report
 
 

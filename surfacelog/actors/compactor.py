@@ -158,10 +158,17 @@ class Compactor:
 
 
 class _Watcher:
-    """Runs one ``Compactor`` pass over managed sessions, on demand or periodically."""
+    """Runs one ``Compactor`` pass over managed sessions, on demand or periodically.
+
+    A pass handles its sessions side by side (at most ``MAX_CONCURRENT`` at once), so
+    that their requests to one session actor travel together in its next call (the
+    client's lines coalesce them): a pass over 50 sessions costs a few Ray calls
+    instead of two per session, each of which costs about as much CPU as a whole
+    append."""
 
     prune_only = False
     compact_only = False
+    MAX_CONCURRENT = 64
 
     def __init__(self, hosting: HostingConfig, retry_for_s: float | None = None,
                  **compactor: Any) -> None:
@@ -174,9 +181,9 @@ class _Watcher:
         self._managed: list[str] = []
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
-        self._busy = False
-        """A session's prune or compaction is in flight (its request may be running in
-        the session's actor)."""
+        self._busy = 0
+        """Sessions whose prune or compaction is in flight (their requests may be
+        running in the sessions' actors)."""
 
     def manage(self, session_ids: Sequence[str]) -> int:
         """Add sessions to watch; returns how many are managed."""
@@ -188,28 +195,36 @@ class _Watcher:
         """One pass over ``session_ids`` (default: the managed ones). A session whose
         shard is unavailable is counted in ``unavailable`` and left for the next pass;
         any other failure is counted in ``errors``."""
-        for sid in list(self._managed if session_ids is None else session_ids):
-            if self._stopping:
-                break
-            handle = self._client.session(sid)
-            self._busy = True
-            try:
-                if not self.compact_only:
-                    await self._compactor.prune(handle)
-                if not self.prune_only:
-                    await self._compactor.compact(handle)
-            except (ShardUnavailable, RayActorError, CommitFailed):
-                # Its node is lost or its actors restarting (the handle waited out the
-                # retry window, or a write's outcome is unknown): an outage, not an
-                # error; the session reloads and is tried again on the next pass.
-                self._compactor.stats.unavailable += 1
-            except Exception as exc:  # counted and reported; the watcher keeps going
-                self._compactor.stats.errors += 1
-                self._compactor.stats.last_error = failure_line(sid, exc)
-            finally:
-                self._busy = False
+        limit = asyncio.Semaphore(self.MAX_CONCURRENT)
+
+        async def one(sid: str) -> None:
+            async with limit:
+                if not self._stopping:
+                    await self._session_pass(sid)
+
+        await asyncio.gather(*(one(sid) for sid in list(
+            self._managed if session_ids is None else session_ids)))
         self._compactor.stats.passes += 1
         return self._compactor.stats
+
+    async def _session_pass(self, sid: str) -> None:
+        handle = self._client.session(sid)
+        self._busy += 1
+        try:
+            if not self.compact_only:
+                await self._compactor.prune(handle)
+            if not self.prune_only:
+                await self._compactor.compact(handle)
+        except (ShardUnavailable, RayActorError, CommitFailed):
+            # Its node is lost or its actors restarting (the handle waited out the
+            # retry window, or a write's outcome is unknown): an outage, not an
+            # error; the session reloads and is tried again on the next pass.
+            self._compactor.stats.unavailable += 1
+        except Exception as exc:  # counted and reported; the watcher keeps going
+            self._compactor.stats.errors += 1
+            self._compactor.stats.last_error = failure_line(sid, exc)
+        finally:
+            self._busy -= 1
 
     async def _loop(self, period_s: float) -> None:
         while not self._stopping:

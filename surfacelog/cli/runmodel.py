@@ -67,7 +67,8 @@ class RunConfig:
              "summary's blocks, sync or async (e.g. one that calls a model)")
     ] = "extractive"
     mode: Annotated[AppendMode, Option(
-        help="batch: a step's chunks in one append_batch; chunk: one append each")] = "batch"
+        help="chunk: each model stream chunk its own append, as a live agent streams "
+             "(the default); batch: a step's chunks in one append_batch")] = "chunk"
     db: Annotated[Path, Option(help="SQLite database file")] = Path("surfacelog.db")
     address: Annotated[str | None, Option(
         help="join this Ray cluster instead of starting a local one")] = None
