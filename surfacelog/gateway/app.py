@@ -127,11 +127,17 @@ async def session_id_of(session_id: str, grant: Granted) -> str:
 SessionId = Annotated[str, Depends(session_id_of)]
 
 
+def _is_number(text: str) -> bool:
+    """``text`` is a decimal number ``int`` reads (``str.isdigit`` alone also accepts
+    digits such as ``²`` that ``int`` refuses)."""
+    return text.isascii() and text.isdigit()
+
+
 async def read_body(request: Request, empty: bytes = b"") -> bytes:
     """The request's body (``empty`` when there is none), read up to
     ``MAX_BODY_BYTES``. Raises ``BodyTooLarge``."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+    if declared is not None and _is_number(declared) and int(declared) > MAX_BODY_BYTES:
         raise BodyTooLarge(f"a request body is at most {MAX_BODY_BYTES} bytes")
     chunks: list[bytes] = []
     size = 0
@@ -403,7 +409,7 @@ def build_app(client: Client, auth: AuthConfig) -> FastAPI:
         handle = await sessions.existing(session_id)
         last = request.headers.get("last-event-id")
         if last is not None:
-            if not last.isdigit():
+            if not _is_number(last):
                 raise BadRequest("Last-Event-ID is not a seq")
             since = int(last) + 1
         return StreamingResponse(_follow(handle, request, since, timeout),

@@ -17,6 +17,7 @@ from msgspec import UNSET, Struct, UnsetType
 from surfacelog.gateway.errors import BadRequest
 from surfacelog.schema.events import Event, surface_op_from_json
 from surfacelog.schema.header import SessionHeader
+from surfacelog.schema.limits import nesting_error
 from surfacelog.session import AppendSpec, SurfaceSnapshot
 from surfacelog.session.compaction import CompactionRequest, PruneRequest
 from surfacelog.session.context import DEFAULT_PLUGIN, context_message
@@ -203,13 +204,17 @@ REPLIES: Final = (Events, Surface, Messages, SessionPage, Created, Problem, Sess
 
 
 def decode(body: bytes, kind: type[Any]) -> Any:
-    """``body`` read as ``kind``. Raises ``BadRequest`` naming what is wrong."""
+    """``body`` read as ``kind``. Raises ``BadRequest`` naming what is wrong;
+    ``NestingError`` (rule ``nesting``) for JSON nested too deep for msgspec to read at
+    all (far past ``MAX_NESTING``, which the session checks on what it decodes)."""
     try:
         return msgspec.json.decode(body, type=kind)
     except msgspec.ValidationError as exc:
         raise BadRequest(f"invalid {kind.__name__} body: {exc}") from None
     except msgspec.DecodeError as exc:
         raise BadRequest(f"the body is not JSON: {exc}") from None
+    except RecursionError as exc:
+        raise nesting_error(None, None, prefix=f"the {kind.__name__} body's ") from exc
 
 
 def batch_specs(batch: AppendBatch) -> list[AppendSpec]:

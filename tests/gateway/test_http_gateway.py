@@ -293,6 +293,42 @@ async def test_context_replaces_the_previous_one_and_is_idempotent(
     assert both.status_code == 400
 
 
+async def test_json_too_deep_for_any_reader_is_a_nesting_problem(
+        http: httpx.AsyncClient) -> None:
+    """Nesting far past the limit (beyond what msgspec can decode at all) in every body
+    field typed ``Any`` is the 422 ``nesting`` problem, as a shallower excess is;
+    nothing is appended."""
+    await _create(http, "deep-1")
+    deep = "[" * 5000 + "]" * 5000
+    path = "/v1/sessions/deep-1"
+    bodies = [
+        (f"{path}/events", f'{{"type": "x-test/n", "data": {deep}, "ignorable": true}}'),
+        (f"{path}/events", f'{{"type": "x-test/n", "surfaceOp": {deep}}}'),
+        (f"{path}/events:batch", f'{{"events": [{{"type": "x-test/n", "data": {deep}}}]}}'),
+        (f"{path}/context", f'{{"message": {{"role": "user", "content": {deep}}}}}'),
+        (f"{path}/compact", f'{{"compactionId": "c", "generation": 0, "shadowed": [0], '
+                               f'"summary": [{{"type": "text", "text": {deep}}}], '
+                               f'"shadowedTokenCount": 1, "checkpointId": "k"}}'),
+    ]
+    for url, text in bodies:
+        r = await http.post(url, content=text.encode())
+        assert r.status_code == 422, (url, r.status_code, r.text[:300])
+        assert r.json()["rule"] == "nesting", r.text[:300]
+    assert (await http.get(f"{path}/surface")).json()["length"] == 0
+
+
+async def test_a_last_event_id_that_is_not_ascii_digits_is_refused(
+        http: httpx.AsyncClient) -> None:
+    await _create(http, "lastid-1")
+    # Header bytes are read as latin-1: b"\xb2" arrives as "²", which str.isdigit
+    # accepts and int refuses.
+    for value in (b"\xb2", b"\xb9\xb3", "١".encode(), b"x", b"-1"):
+        r = await http.get("/v1/sessions/lastid-1/follow", params={"timeout": 1},
+                           headers={"Last-Event-ID": value})
+        assert r.status_code == 400, (value, r.status_code)
+        assert r.json()["type"].endswith(":bad-request")
+
+
 async def test_typed_errors_map_to_problems(http: httpx.AsyncClient) -> None:
     await _create(http, "errors-1")
     url = "/v1/sessions/errors-1/events"
