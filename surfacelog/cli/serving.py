@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import signal
 import socket
 import threading
@@ -20,7 +21,7 @@ from typing import Final
 
 import typer
 
-from surfacelog.gateway.auth import AuthConfig, is_loopback, load_auth
+from surfacelog.gateway.auth import TOKENS_ENV, AuthConfig, is_loopback, load_auth
 from surfacelog.gateway.errors import TokenConfigError
 from surfacelog.schema.errors import SurfacelogError
 from surfacelog.store.errors import ShardConfigError
@@ -63,6 +64,9 @@ def serve_gateway(db: str | None, shards: Path | None, host: str, port: int,
     except TokenConfigError as exc:
         _say(f"cannot serve: {exc}")
         return EXIT_USAGE
+    # Read: from here on only their digests travel. Every process the embedded Ray
+    # starts inherits this environment, so the tokens leave it before Ray starts.
+    os.environ.pop(TOKENS_ENV, None)
     if insecure and not is_loopback(host):
         _say(f"cannot serve: --insecure-no-auth serves on loopback only, not on {host}")
         return EXIT_USAGE
