@@ -432,6 +432,22 @@ def test_bad_files_are_one_line(tmp_path: Path, runner: CliRunner, kind: str) ->
     assert db.read_bytes() == before
 
 
+def test_a_fifo_or_a_device_as_the_database_is_refused_at_once(tmp_path: Path) -> None:
+    """The header check used to open a FIFO for reading and wait for a writer forever;
+    a path that is not a regular file is now refused before anything opens it."""
+    fifo = tmp_path / "pipe.db"
+    os.mkfifo(fifo)
+    for db in (fifo, Path("/dev/null")):
+        for args in (["inspect", str(db)], ["verify", str(db)], ["digest", str(db)],
+                     ["export", str(db), "some-session"]):
+            done = subprocess.run([sys.executable, "-m", "surfacelog.cli", *args],
+                                  capture_output=True, text=True, timeout=60, cwd=REPO)
+            assert done.returncode == 2, (args, done.returncode, done.stderr)
+            assert "not a regular file" in done.stderr and "Traceback" not in done.stderr
+            assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert fifo.exists() and not fifo.is_file()
+
+
 # -- 9. Ctrl-C ---------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+import stat
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -199,9 +200,18 @@ def inspect_file(path: Path) -> FileState:
     ``readonly_shm=1`` (the WAL of a crashed writer is read, its ``-shm`` index is not
     rebuilt in place). Only a process that has the database open meanwhile changes its
     ``-shm``, which is shared memory, not content.
-    Raises ``VersionRefused`` for a file that is not a SQLite database or not ours.
+    Raises ``VersionRefused`` for a file that is not a SQLite database or not ours, and
+    for a path that is not a regular file (a FIFO would block the read forever, a
+    device or a directory is no database).
     """
-    if not path.exists() or path.stat().st_size == 0:
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return "new"
+    if not stat.S_ISREG(info.st_mode):
+        raise VersionRefused(f"{path} is not a regular file (a database is one); refused "
+                             f"and left unmodified")
+    if info.st_size == 0:
         return "new"
     with path.open("rb") as handle:
         magic = handle.read(len(_SQLITE_MAGIC))
