@@ -6,8 +6,34 @@ load run's configuration and result (``runmodel``), its workload (``loadrun``), 
 live view (``run_display``) and its HTML report (``report_html``); ``inspect``
 (``inspection``), ``fork`` (``forking``), ``serve`` (``serving``) and the terminal
 renderings (``render``). Nothing below this package imports it.
+
+This package loads nothing until it is used, so that the console script's ``main``
+is running (and handles Ctrl-C) before the command line's modules load.
 """
 
-from surfacelog.cli.application import app, main
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    """Console-script entry point: ``application.main``. A Ctrl-C while the command
+    line is still loading ends as one during a command does: ``surfacelog:
+    interrupted`` on stderr, exit status 130."""
+    try:
+        from surfacelog.cli.application import main as run
+    except KeyboardInterrupt:
+        sys.stderr.write("surfacelog: interrupted\n")
+        raise SystemExit(130) from None
+    run()
+
+
+def __getattr__(name: str) -> object:
+    if name == "app":
+        from surfacelog.cli.application import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["app", "main"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from typing import Any
 
 import typer
 
@@ -40,6 +41,8 @@ def main() -> None:
     stderr and exit status 130, never a traceback."""
     if sys.argv[1:2] != ["run"]:
         signal.signal(signal.SIGINT, _on_interrupt)
+    watched = _WatchedOutput(sys.stdout)
+    sys.stdout = watched
     try:
         app()
     except KeyboardInterrupt:
@@ -48,6 +51,64 @@ def main() -> None:
         if _interrupted and exc.code in (130, 1):
             _interrupted_exit()
         raise
+    except OSError:
+        if watched.failed is None:
+            raise
+        _output_failed_exit(watched.failed)
+
+
+class _WatchedOutput:
+    """Standard output (text, and its ``buffer`` for bytes), remembering the first
+    write or flush that failed: a full device, a closed pipe. The failure still
+    raises where it happened; ``main`` then knows it was the output's."""
+
+    def __init__(self, stream: Any, owner: _WatchedOutput | None = None) -> None:
+        self._stream = stream
+        self._owner = owner or self
+        self.failed: OSError | None = None
+
+    def _note(self, exc: OSError) -> None:
+        if self._owner.failed is None:
+            self._owner.failed = exc
+
+    def write(self, data: Any) -> Any:
+        try:
+            return self._stream.write(data)
+        except OSError as exc:
+            self._note(exc)
+            raise
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            self._note(exc)
+            raise
+
+    @property
+    def buffer(self) -> _WatchedOutput:
+        return _WatchedOutput(self._stream.buffer, self._owner)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _output_failed_exit(exc: OSError) -> None:
+    """End with one line on stderr and exit status 1 when standard output failed (a
+    reader that closed the pipe, e.g. ``| head``, is told nothing: it asked for no
+    more). Standard output is pointed at /dev/null first, so that the interpreter's
+    own flush at exit does not fail again."""
+    import errno
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    if exc.errno != errno.EPIPE:
+        sys.stderr.write(f"surfacelog: cannot write the output: "
+                         f"{exc.strerror or exc} (errno {exc.errno})\n")
+        sys.stderr.flush()
+    raise SystemExit(1)
 
 
 def _interrupted_exit() -> None:

@@ -448,7 +448,45 @@ def test_a_fifo_or_a_device_as_the_database_is_refused_at_once(tmp_path: Path) -
     assert fifo.exists() and not fifo.is_file()
 
 
+def test_a_full_standard_output_is_one_line_and_exit_1(tmp_path: Path,
+                                                      runner: CliRunner) -> None:
+    db = imported(tmp_path, runner)
+    for args in (["fold", str(VALID[0])], ["fold", str(VALID[0]), "--json"],
+                 ["inspect", str(db)], ["export", str(db), VALID[0].stem],
+                 ["digest", str(db)], ["digest", str(db), "--json"]):
+        with open("/dev/full", "w") as full:
+            done = subprocess.run([sys.executable, "-m", "surfacelog.cli", *args],
+                                  stdout=full, stderr=subprocess.PIPE, text=True,
+                                  timeout=60, cwd=REPO)
+        assert done.returncode == 1, (args, done.stderr)
+        assert done.stderr.strip() == ("surfacelog: cannot write the output: No space "
+                                       "left on device (errno 28)"), (args, done.stderr)
+
+
 # -- 9. Ctrl-C ---------------------------------------------------------------------------
+
+
+def test_ctrl_c_while_the_command_line_loads_is_one_line(tmp_path: Path) -> None:
+    """Signals sent at several moments of start-up (the command line's modules load in
+    about 0.1-0.3 s): wherever one lands in the command line's code, no traceback. (One
+    that lands while the interpreter still starts, before ``surfacelog.cli.main`` runs,
+    is the interpreter's to report: those runs are not judged.)"""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    interrupted = 0
+    for delay in (0.03, 0.06, 0.09, 0.12, 0.15, 0.2, 0.25, 0.3, 0.4):
+        proc = subprocess.Popen([sys.executable, "-m", "surfacelog.cli", "fold",
+                                 str(VALID[0])], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        if "Traceback" in err and "surfacelog/cli/" not in err:
+            continue
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, (delay, err)
+        if proc.returncode == 130:
+            assert err.strip() == "surfacelog: interrupted", (delay, err)
+            interrupted += 1
+    assert interrupted, "no signal landed while the command ran"
 
 
 def test_repeated_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
