@@ -9,9 +9,16 @@ Rules (``check_output``), in order:
    the same file), nor any other name of the same file (same device and inode).
    Refused even with ``--force``.
 2. An existing SQLite database is never overwritten, ``--force`` or not: whatever
-   its owner, it is data.
-3. Any other existing file (or directory) is refused unless the user says so with
-   ``--force`` (``force=True``); a directory is refused always.
+   its owner, it is data. Nor is any database's ``-wal``, ``-shm`` or ``-journal``
+   file (a path with that suffix whose base is a SQLite database, or a file that
+   starts as a WAL or a rollback journal does): replacing the WAL under a live
+   writer loses what it acknowledged. Judged by what the files are, not by name
+   alone.
+3. Anything that exists and is not a regular file (a directory, a device such as
+   ``/dev/full``, a FIFO, a socket) is refused always: a rename would replace the
+   node itself.
+4. Any other existing file is refused unless the user says so with ``--force``
+   (``force=True``).
 
 Writing (``write_atomic``): the content goes to a temporary file in the output's own
 directory (same filesystem), is flushed and fsynced, then renamed over the output in
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -36,14 +44,38 @@ from surfacelog.cli.errors import OutputError
 
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 _SIDE_FILES: Final = ("-wal", "-shm", "-journal")
+_SIDE_MAGICS: Final = (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83",  # WAL, either byte order
+                       b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7")  # rollback journal
+
+
+def _starts_with(path: Path, magics: tuple[bytes, ...]) -> bool:
+    """Whether the regular file ``path`` starts with one of ``magics`` (never opens
+    anything else: a FIFO would block the read)."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return False
+        with path.open("rb") as handle:
+            head = handle.read(max(len(m) for m in magics))
+    except OSError:
+        return False
+    return any(head.startswith(m) for m in magics)
 
 
 def _is_sqlite(path: Path) -> bool:
-    try:
-        with path.open("rb") as handle:
-            return handle.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
-    except OSError:
-        return False
+    return _starts_with(path, (_SQLITE_MAGIC,))
+
+
+def _database_of_side_file(path: Path) -> Path | None:
+    """The database ``path`` belongs to when it is one's ``-wal``/``-shm``/``-journal``
+    file: by name (its base is a SQLite database) or by content (a WAL or a journal)."""
+    for side in _SIDE_FILES:
+        if path.name.endswith(side) and len(path.name) > len(side):
+            base = path.with_name(path.name[: -len(side)])
+            if _is_sqlite(base):
+                return base
+    if _starts_with(path, _SIDE_MAGICS):
+        return path
+    return None
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -77,7 +109,16 @@ def check_output(output: str | Path, *, databases: Iterable[str | Path] = (),
                               f"choose another output path")
     if path.is_dir():
         raise OutputError(f"refusing to write {output}: it is a directory")
+    owner = _database_of_side_file(path)
+    if owner is not None:
+        raise OutputError(f"refusing to write {output}: it is a SQLite write-ahead log, "
+                          f"shared-memory or journal file (of {owner}); never replaced, "
+                          f"even with --force")
     if path.exists() or path.is_symlink():
+        if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+            raise OutputError(f"refusing to write {output}: it is not a regular file "
+                              f"(a device, a FIFO or a socket); never replaced, even "
+                              f"with --force")
         if _is_sqlite(path):
             raise OutputError(f"refusing to overwrite {output}: it is a SQLite database "
                               f"(never overwritten, even with --force)")

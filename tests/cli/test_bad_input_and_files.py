@@ -91,6 +91,44 @@ def test_export_never_writes_over_its_database(tmp_path: Path, runner: CliRunner
     assert verified.exit_code == 0 and f"{len(VALID)} session(s) checked" in verified.output
 
 
+def test_force_never_replaces_another_databases_files_or_a_special_file(
+        tmp_path: Path, runner: CliRunner) -> None:
+    """``--force`` replaces a plain file only: not the -wal/-shm/-journal of another,
+    live database (by name, or a WAL under any name), not a FIFO or a socket."""
+    import socket as sockets
+
+    db = imported(tmp_path, runner)
+    session = VALID[0].stem
+    live = tmp_path / "live.db"
+    conn = sqlite3.connect(live, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t (x)")
+    conn.execute("INSERT INTO t VALUES (1)")  # the connection stays open: its WAL lives
+    wal_copy = tmp_path / "renamed-wal.bin"
+    wal_copy.write_bytes(Path(f"{live}-wal").read_bytes())
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    server = sockets.socket(sockets.AF_UNIX)
+    server.bind(str(tmp_path / "sock"))
+    try:
+        targets = [Path(f"{live}-wal"), Path(f"{live}-shm"), Path(f"{live}-journal"),
+                   wal_copy, fifo, tmp_path / "sock"]
+        before = {t: (t.stat().st_mode, t.read_bytes() if t.is_file() else None)
+                  for t in targets if t.exists()}
+        for target in targets:
+            result = runner.invoke(app, ["export", str(db), session, "-o", str(target),
+                                         "--force"])
+            assert result.exit_code == 2, (target, result.output)
+            assert "never replaced" in result.output, result.output
+        after = {t: (t.stat().st_mode, t.read_bytes() if t.is_file() else None)
+                 for t in targets if t.exists()}
+        assert after == before
+        assert conn.execute("SELECT x FROM t").fetchall() == [(1,)]
+    finally:
+        server.close()
+        conn.close()
+
+
 def test_export_refuses_an_existing_file_unless_forced(tmp_path: Path,
                                                        runner: CliRunner) -> None:
     db = imported(tmp_path, runner)
