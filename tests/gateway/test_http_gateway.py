@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -29,7 +31,7 @@ from ray.exceptions import RayActorError
 from surfacelog.actors.client import Client, connect
 from surfacelog.actors.config import NAMESPACE, HostingConfig
 from surfacelog.gateway.auth import AuthConfig, parse_grants
-from surfacelog.gateway.deployment import start_gateway, stop_gateway
+from surfacelog.gateway.deployment import REPLICA_PREFIX, start_gateway, stop_gateway
 from surfacelog.gateway.openapi import document, render
 from surfacelog.schema.codec import encode_json
 from surfacelog.session import Session
@@ -535,6 +537,53 @@ async def test_a_killed_session_actor_and_the_retry_land_exactly_once(
     assert notes == [(r, k) for r in range(3) for k in range(500)]
     # Anything else in the log is the activations' own (the seed marker).
     assert {e["type"] for e in log} <= {"x-test/note", "session/end-seed"}
+
+
+async def test_a_replica_killed_mid_request_drops_the_connection_and_a_resend_lands_once(
+        gateway: Gateway) -> None:
+    """With the session's actor stopped (SIGSTOP) the append waits in the replica; the
+    replica is killed: the client sees the connection drop (no answer it could take
+    for a refusal), Ray restarts the replica, which serves again on the same port, and
+    the resend with ``expectedSeq`` lands the batch exactly once, whether or not the
+    first send had reached the actor."""
+    headers = {"Authorization": f"Bearer {FULL}"}
+    url = "/v1/sessions/rkill-1"
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=120, headers=headers) as h:
+        await _create(h, "rkill-1")
+        owner = ray.get_actor(gateway.client.actor_name(
+            gateway.client.config.shards.shards[0], "rkill-1"), namespace=NAMESPACE)
+        owner_pid = await owner.pid.remote()
+        replica = ray.get_actor(f"{REPLICA_PREFIX}0", namespace=NAMESPACE)
+        replica_pid = (await replica.ready.remote(5.0)).pid
+        batch = [_note(7, k) for k in range(50)]
+        os.kill(owner_pid, signal.SIGSTOP)
+        try:
+            request = asyncio.create_task(h.post(f"{url}/events:batch", json={
+                "events": batch, "expectedSeq": 0}))
+            done, _ = await asyncio.wait({request}, timeout=0.5)
+            assert not done, "the append was answered while its actor was stopped"
+            ray.kill(replica, no_restart=False)
+            with pytest.raises(httpx.TransportError):
+                await request
+        finally:
+            os.kill(owner_pid, signal.SIGCONT)
+    for _attempt in range(600):
+        try:
+            info = await ray.get_actor(f"{REPLICA_PREFIX}0", namespace=NAMESPACE
+                                       ).ready.remote(5.0)
+            if info.pid != replica_pid:
+                break
+        except RayActorError:  # restarting
+            pass
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the replica was not restarted")
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=120, headers=headers) as h:
+        seqs = await _append_exactly_once(h, url, batch, 0)
+        log = (await h.get(f"{url}/events", params={"limit": 1000})).json()["events"]
+    assert len(seqs) == 50
+    notes = [e["data"]["k"] for e in log if e["type"] == "x-test/note"]
+    assert notes == list(range(50))
 
 
 # -- server-sent events ------------------------------------------------------------------
