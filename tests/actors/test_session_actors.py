@@ -115,6 +115,10 @@ async def test_driven_sessions_with_compaction_replay_to_the_live_state(
         stats = await compactor.stop.remote()
         assert progress.errors == 0, progress.last_error
         assert progress.turns_done == 3 * len(ids)
+        if stats.committed == 0:
+            # On a loaded machine the drive can end before a pass finds a surface over
+            # the threshold: one pass now, with nothing appending, must compact.
+            stats = await compactor.run_once.remote()
         assert stats.committed > 0, stats
         assert stats.errors == 0, stats.last_error
         live = await live_digests(host, ids)
