@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from ray.exceptions import RayActorError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from surfacelog.actors.client import Client, SessionHandle
 from surfacelog.gateway import wire
@@ -67,8 +68,8 @@ def _schema(name: str) -> dict[str, Any]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _json_body(name: str) -> dict[str, Any]:
-    return {"requestBody": {"required": True,
+def _json_body(name: str, required: bool = True) -> dict[str, Any]:
+    return {"requestBody": {"required": required,
                             "content": {"application/json": {"schema": _schema(name)}}}}
 
 
@@ -109,6 +110,16 @@ async def grant_of(request: Request, credentials: Annotated[
 
 
 Granted = Annotated[Grant, Depends(grant_of)]
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """The methods of every route whose path matches the request's."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return sorted(methods)
 
 
 def allowed(grant: Grant, session_id: str) -> str:
@@ -212,9 +223,15 @@ def build_app(client: Client, auth: AuthConfig) -> FastAPI:
         return _problem_response(problem_for(BadRequest(f"invalid request: {where}")))
 
     @app.exception_handler(StarletteHTTPException)
-    async def on_http(_: Request, exc: StarletteHTTPException) -> Response:
-        return _problem_response(problem(exc.status_code, "http", str(exc.detail),
-                                         str(exc.detail)))
+    async def on_http(request: Request, exc: StarletteHTTPException) -> Response:
+        reply = problem(exc.status_code, "http", str(exc.detail), str(exc.detail))
+        for name, value in (exc.headers or {}).items():
+            reply.headers.setdefault(name, value)
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route whose path matched; a path
+            # served by several routes (GET and POST .../events) allows all of theirs.
+            reply.headers["Allow"] = ", ".join(_allowed_methods(request))
+        return _problem_response(reply)
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -240,7 +257,7 @@ def build_app(client: Client, auth: AuthConfig) -> FastAPI:
 
     @app.post("/v1/sessions", tags=["sessions"], summary="Create a session",
               response_class=Response, responses=_ok("Created", 201, description="Created"),
-              openapi_extra=_json_body("CreateSession"))
+              openapi_extra=_json_body("CreateSession", required=False))
     async def create_session(request: Request, grant: Granted) -> Response:
         body: wire.CreateSession = wire.decode(await read_body(request, b"{}"),
                                                wire.CreateSession)

@@ -148,6 +148,25 @@ async def test_the_served_openapi_document_is_the_checked_in_one(
     assert r.json() == json.loads(checked_in)
 
 
+async def test_a_method_a_route_lacks_is_405_with_allow(http: httpx.AsyncClient) -> None:
+    for method, path, allowed_methods in (("DELETE", "/v1/sessions", {"GET", "POST"}),
+                                          ("PUT", "/v1/sessions/s-1/events", {"GET", "POST"})):
+        r = await http.request(method, path)
+        assert r.status_code == 405, (method, path, r.text)
+        assert r.headers["content-type"].startswith("application/problem+json")
+        assert {m.strip() for m in r.headers["allow"].split(",")} == allowed_methods
+
+
+async def test_create_without_a_body_is_documented_as_optional(
+        http: httpx.AsyncClient) -> None:
+    """A create with no body makes a session with a new id (what the README promises):
+    the document says the body is optional, as the server treats it."""
+    operation = document()["paths"]["/v1/sessions"]["post"]
+    assert operation["requestBody"]["required"] is False
+    r = await http.post("/v1/sessions")
+    assert r.status_code == 201 and r.json()["length"] == 0
+
+
 def _loopback(ip: str) -> bool:
     address = ipaddress.ip_address(ip)
     mapped = getattr(address, "ipv4_mapped", None)
