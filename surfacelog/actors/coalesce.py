@@ -138,6 +138,9 @@ class CallLine:
         self._max_bytes = max_bytes
         self._queue: deque[_Pending] = deque()
         self._busy = False
+        self._drainer: asyncio.Task[None] | None = None
+        """The task sending the line's calls (held here: the event loop keeps only a
+        weak reference to a task, which could be collected mid-drain)."""
         self.stats = LineStats()
 
     @property
@@ -153,8 +156,10 @@ class CallLine:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append(_Pending(request, future))
         if not self._busy:
+            # The drain runs from the next turn of the loop, so requests made in this
+            # same turn (a burst: many sessions at once) already go in its first call.
             self._busy = True
-            asyncio.get_running_loop().create_task(self._drain())
+            self._drainer = asyncio.get_running_loop().create_task(self._drain())
         return await future
 
     def _take(self) -> list[_Pending]:
