@@ -428,6 +428,15 @@ def test_read_only_commands_read_a_read_only_mount(tmp_path: Path,
             result = runner.invoke(app, args)
             no_traceback(result)
             assert result.exit_code == 0, (args, result.output)
+        # Commands that write refuse it with one line (they printed an OperationalError
+        # traceback), and the file is unchanged.
+        before = db.read_bytes()
+        for args in (["import", str(ro), str(VALID[1])], ["fork", str(ro), VALID[0].stem]):
+            result = runner.invoke(app, args)
+            no_traceback(result)
+            assert result.exit_code == 2, (args, result.output)
+            assert "cannot open" in result.output and "for writing" in result.output
+        assert db.read_bytes() == before
 
 
 def _future(path: Path) -> Path:

@@ -253,8 +253,13 @@ class SqliteEventStore(ScopedEventStore):
                 raise StoreError(f"cannot open {path}: {exc}") from exc
         try:
             if not read_only:
-                await conn.run(partial(_prepare, str(path), synchronous, busy_timeout_ms,
-                                      wal_autocheckpoint))
+                try:
+                    await conn.run(partial(_prepare, str(path), synchronous,
+                                           busy_timeout_ms, wal_autocheckpoint))
+                except sqlite3.OperationalError as exc:
+                    # A file it may not write (a read-only mount, no permission): the
+                    # first statement fails, before anything is written.
+                    raise StoreError(f"cannot open {path} for writing: {exc}") from exc
             writer = GroupWriter(conn, max_events=group_max_events,
                                  delay=group_delay_ms / 1000, keep_failed=keep_failed)
         except BaseException:
