@@ -31,7 +31,7 @@ from surfacelog.actors.client import Client, SessionHandle
 from surfacelog.gateway import wire
 from surfacelog.gateway.auth import AuthConfig, Grant
 from surfacelog.gateway.errors import BadRequest, BodyTooLarge, Forbidden, OutcomeUnknown
-from surfacelog.gateway.ids import check_id, new_id, valid_id
+from surfacelog.gateway.ids import ID_PATTERN, MAX_ID_LENGTH, check_id, new_id, valid_id
 from surfacelog.gateway.problems import (
     PROBLEM_MEDIA_TYPE,
     ProblemReply,
@@ -469,4 +469,23 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
     components = doc.setdefault("components", {})
     schemas = components.setdefault("schemas", {})
     schemas.update(wire.schemas())
+    _document_limits(doc)
     return doc
+
+
+def _document_limits(doc: dict[str, Any]) -> None:
+    """State in ``doc`` the limits the routes enforce in code (``ids.check_id``,
+    ``wire.batch_specs``), so that a client reading the document sends nothing it says
+    is valid and the server refuses."""
+    session_id = {"type": "string", "pattern": ID_PATTERN, "minLength": 1,
+                  "maxLength": MAX_ID_LENGTH}
+    for operations in doc.get("paths", {}).values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", ()):
+                if parameter.get("in") == "path" and parameter.get("name") == "session_id":
+                    parameter["schema"] = {**parameter["schema"], **session_id}
+    schemas = doc["components"]["schemas"]
+    for struct, field in (("CreateSession", "id"), ("ForkBody", "childId")):
+        schemas[struct]["properties"][field]["anyOf"] = [session_id, {"type": "null"}]
+    schemas["AppendBatch"]["properties"]["events"].update(minItems=1,
+                                                          maxItems=wire.MAX_BATCH)

@@ -17,7 +17,10 @@ from surfacelog.gateway.errors import InvalidSessionId
 
 MAX_ID_LENGTH: Final = 128
 MAX_PREFIX_LENGTH: Final = 64
-_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+ID_PATTERN: Final = "^[A-Za-z0-9][A-Za-z0-9._-]*$"
+"""A session id's characters, as the OpenAPI document states them (with the length
+bound ``MAX_ID_LENGTH``)."""
+_ID: Final = re.compile(ID_PATTERN)
 _PREFIX: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 

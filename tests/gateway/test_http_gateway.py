@@ -32,7 +32,9 @@ from surfacelog.actors.client import Client, connect
 from surfacelog.actors.config import NAMESPACE, HostingConfig
 from surfacelog.gateway.auth import AuthConfig, parse_grants
 from surfacelog.gateway.deployment import REPLICA_PREFIX, start_gateway, stop_gateway
+from surfacelog.gateway.ids import valid_id
 from surfacelog.gateway.openapi import document, render
+from surfacelog.gateway.wire import MAX_BATCH
 from surfacelog.schema.codec import encode_json
 from surfacelog.session import Session
 from surfacelog.store.shardmap import ShardMap
@@ -146,6 +148,27 @@ async def test_the_served_openapi_document_is_the_checked_in_one(
     r = await http.get("/openapi.json")
     assert r.status_code == 200
     assert r.json() == json.loads(checked_in)
+
+
+def test_the_document_states_the_limits_the_server_enforces() -> None:
+    """Session ids (path and bodies) and batch sizes: what the document accepts is what
+    ``valid_id`` and the batch route accept."""
+    import jsonschema
+
+    doc = document()
+    parameter = doc["paths"]["/v1/sessions/{session_id}/events"]["post"]["parameters"][0]
+    schemas = doc["components"]["schemas"]
+    create_id = schemas["CreateSession"]["properties"]["id"]["anyOf"][0]
+    for candidate in ["a", "A.b_c-9", "x" * 128, "x" * 129, "-lead", "sp ace", "ünï",
+                      "semi;colon", "", "tail\n"]:
+        for schema in (parameter["schema"], create_id):
+            # OpenAPI patterns are ECMA-262, where $ is the end of the input; Python's
+            # re (which jsonschema uses) lets $ match before a final newline too.
+            ecma = {**schema, "pattern": schema["pattern"].removesuffix("$") + r"(?![\s\S])"}
+            documented = jsonschema.Draft202012Validator(ecma).is_valid(candidate)
+            assert documented == valid_id(candidate), (candidate, schema)
+    events = schemas["AppendBatch"]["properties"]["events"]
+    assert (events["minItems"], events["maxItems"]) == (1, MAX_BATCH)
 
 
 async def test_a_method_a_route_lacks_is_405_with_allow(http: httpx.AsyncClient) -> None:
