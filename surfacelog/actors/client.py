@@ -551,8 +551,9 @@ def connect(address: str | None = None, db: str = "surfacelog.db", *,
     (a ``ShardMap``; default one shard, the file ``db``), ``placement``, ``packs``,
     ``durability``, ``idle_timeout_s``, ``store_options`` (``SqliteEventStore.open``
     options of every shard) and ``writer`` (see ``HostingConfig``). ``address=None``
-    starts an embedded local Ray (see ``init_ray``) unless one is
-    initialised already; it listens on loopback only. Each shard's writer is waited
+    starts an embedded local Ray (see ``init_ray``; ``ray_init`` are more ``ray.init``
+    options) unless one is initialised already; it listens on loopback only and starts
+    no dashboard unless ``include_dashboard=True`` is given. Each shard's writer is waited
     for up to ``ready_timeout_s``; one that does not answer by then (its node is not
     up) leaves its sessions raising ``ShardUnavailable`` until it does. Raises
     ``VersionRefused`` when a shard's file was written by another build.
@@ -563,6 +564,8 @@ def connect(address: str | None = None, db: str = "surfacelog.db", *,
             packs=packs, durability=durability, idle_timeout_s=idle_timeout_s,
             store_options=dict(store_options or {}), writer=writer)
     if not ray.is_initialized():
+        if address is None:  # embedded: no dashboard unless asked (include_dashboard=True)
+            ray_init.setdefault("include_dashboard", False)
         init_ray(address, **ray_init)
     writers = {shard.name: start_writer(config, shard) for shard in config.shards.shards}
     # A shard whose node is not up yet is not waited for: its sessions raise

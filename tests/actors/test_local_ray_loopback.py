@@ -40,3 +40,33 @@ async def test_every_ray_process_of_the_local_instance_listens_on_loopback_only(
         assert [s for s in sockets if not _loopback(s[0])] == []
     finally:
         client.shutdown()
+
+
+def _dashboard_served(db: Path, asked: str) -> str:
+    """``DASHBOARD`` when the Ray that ``connect()`` starts in a process of its own (the
+    test session's Ray is already up) listens on the dashboard's port, else ``NONE``."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, psutil, surfacelog\n"
+        "kw = {'include_dashboard': True} if sys.argv[2] == 'yes' else {}\n"
+        "c = surfacelog.connect(db=sys.argv[1], **kw)\n"
+        "kids = psutil.Process().children(recursive=True)\n"
+        "ports = {k.laddr.port for p in kids for k in p.net_connections('inet')"
+        " if k.status == 'LISTEN'}\n"
+        "print('DASHBOARD' if 8265 in ports else 'NONE')\n"
+        "c.shutdown()\n")
+    done = subprocess.run([sys.executable, "-c", script, str(db), asked],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_connect_starts_no_dashboard_unless_asked(tmp_path: Path) -> None:
+    assert _dashboard_served(tmp_path / "no.db", "no") == "NONE"
+
+
+@pytest.mark.slow
+def test_connect_starts_a_dashboard_when_asked(tmp_path: Path) -> None:
+    assert _dashboard_served(tmp_path / "yes.db", "yes") == "DASHBOARD"
