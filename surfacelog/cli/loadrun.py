@@ -258,11 +258,11 @@ async def run_workload(cfg: RunConfig,
     node_chaos_task = None
     if cluster is not None and cfg.kill_node_every_s > 0:
         node_chaos_task = asyncio.ensure_future(node_chaos(
-            cluster, cfg.kill_node_every_s, cfg.node_down_s, cfg.seed,
+            cluster, cfg.kill_node_every_s, cfg.node_down, cfg.seed,
             _prober(client, ids), done, node_kills))
     elif cluster is not None and cfg.kill_disk_every_s > 0:
         node_chaos_task = asyncio.ensure_future(disk_chaos(
-            cluster, dict(client.writers), cfg.kill_disk_every_s, cfg.node_down_s,
+            cluster, dict(client.writers), cfg.kill_disk_every_s, cfg.node_down,
             cfg.seed, _prober(client, ids), done, node_kills))
     shares = [ids[k::n_drivers] for k in range(n_drivers)]
     cstats, pstats = CompactorStats(), CompactorStats()

@@ -28,6 +28,10 @@ Via = Literal["ray", "http"]
 WriterChoice = Literal["auto", Writer]
 
 
+NODE_DOWN_S: Final = 2.0
+"""How long node and disk chaos keep a removed node down unless --node-down says."""
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Every option of ``surfacelog run``, each with its default and its help text.
@@ -106,9 +110,10 @@ class RunConfig:
              "shard worker node (seeded; alternately graceful and abrupt) and add it "
              "back after --node-down seconds; the head node is never killed (it holds "
              "the GCS); 0 = off")] = 0.0
-    node_down_s: Annotated[float, Option(
-        "--node-down", min=0.0,
-        help="node chaos: how long a removed node stays down")] = 2.0
+    node_down_s: Annotated[float | None, Option(
+        "--node-down", min=0.0, show_default=False,
+        help="node or disk chaos (with --kill-node-every or --kill-disk-every): how long "
+             "a removed node stays down [default: 2]")] = None
     replica: Annotated[Path | None, Option(
         metavar="DIR", show_default=False,
         help="with --local-nodes: replicate every shard with Litestream to DIR/<shard> "
@@ -124,7 +129,7 @@ class RunConfig:
     ] = 0.0
     via: Annotated[Via, Option(
         help="ray: the drivers call the session actors; http: the run starts the HTTP "
-             "gateway (Ray Serve, loopback, a token of its own) and the drivers append "
+             "gateway (loopback, a token of its own) and the drivers append "
              "through it with expectedSeq (durable only)")] = "ray"
     as_json: Annotated[bool, Option("--json", help="machine-readable output")] = False
 
@@ -148,6 +153,16 @@ class RunConfig:
                                param_hint="'--kill-disk-every'")
         if self.replica is not None and self.replica.exists() and not self.replica.is_dir():
             raise BadParameter(f"{self.replica} is not a directory", param_hint="'--replica'")
+        if self.kill_journal and not self.kill_every_s:
+            raise BadParameter("--kill-journal chooses whose actor --kill-every kills: it "
+                               "needs --kill-every SEC", param_hint="'--kill-journal'")
+        if self.node_down_s is not None and not (self.kill_node_every_s
+                                                 or self.kill_disk_every_s):
+            raise BadParameter("--node-down is how long a removed node stays down: it "
+                               "needs --kill-node-every or --kill-disk-every",
+                               param_hint="'--node-down'")
+        if self.node_down_s is None:
+            object.__setattr__(self, "node_down_s", NODE_DOWN_S)
         if not self.local_nodes:
             for given, flag in ((self.shards is not None, "--shards"),
                                 (self.kill_node_every_s > 0, "--kill-node-every"),
@@ -159,6 +174,11 @@ class RunConfig:
         elif self.address is not None:
             raise BadParameter("--local-nodes starts its own cluster: it cannot join "
                                "--address", param_hint="'--local-nodes'")
+
+    @property
+    def node_down(self) -> float:
+        """How long node or disk chaos keeps a removed node down (seconds)."""
+        return NODE_DOWN_S if self.node_down_s is None else self.node_down_s
 
     def driver_count(self, sessions: int, cpus: float) -> int:
         """The drivers to start for ``sessions`` on a cluster of ``cpus`` CPUs: the

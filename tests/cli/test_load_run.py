@@ -69,6 +69,25 @@ def test_run_refuses_a_bad_option_with_a_usage_error(monkeypatch: pytest.MonkeyP
     assert "Usage:" in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.parametrize(("args", "needs"), [
+    (["--kill-journal"], "needs --kill-every"),
+    (["--node-down", "5"], "needs --kill-node-every or --kill-disk-every"),
+    (["--local-nodes", "2", "--node-down", "5"], "needs --kill-node-every"),
+])
+def test_a_flag_without_its_parent_flag_is_a_usage_error(
+        monkeypatch: pytest.MonkeyPatch, args: list[str], needs: str) -> None:
+    """Accepted and ignored before: the run did not do what it was asked."""
+    monkeypatch.setattr(run_display, "run_live", lambda cfg: pytest.fail("ran"))
+    result = runner.invoke(app, ["run", *args])
+    assert result.exit_code == 2, result.output
+    assert needs in result.output and "Traceback" not in result.output
+
+
+def test_node_down_defaults_to_two_seconds_when_chaos_is_on() -> None:
+    assert RunConfig(local_nodes=2, kill_node_every_s=3).node_down_s == 2.0
+    assert RunConfig(local_nodes=2, kill_node_every_s=3, node_down_s=0.5).node_down == 0.5
+
+
 @pytest.mark.parametrize(("placement", "writer"), [("packed", "owner"),
                                                     ("dedicated", "journal")])
 def test_auto_writer_is_owner_when_packed(placement: str, writer: str) -> None:
