@@ -129,7 +129,8 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         ("Conflicts retried", value(report["conflicts_retried"])),
         ("Actor kills (chaos) / requests resent after", f"{value(report['actor_kills'])} / "
                                                         f"{value(report['resent'])}"),
-        ("Acknowledged events lost (buffered only)", value(report["lost_acknowledged"])),
+        ("Acknowledged events lost (buffered, or a lost disk's unreplicated tail)",
+         value(report["lost_acknowledged"])),
         ("Errors", value(report["errors"])),
         ("Store size", value(round(report["store_bytes"] / 1e6, 2), "MB")),
         ("Wall time", value(report["wall_s"], "s")),
@@ -142,6 +143,8 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     ]
     if report.get("incomplete"):
         rows.append(("Run", "INCOMPLETE (see below)"))
+    for line in report.get("chaos_not_performed", ()):
+        rows.append(("WARNING: chaos asked, not performed", line))
     if report["local_nodes"]:
         rec = report["recovery_s"]
         rows += [

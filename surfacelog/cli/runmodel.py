@@ -306,6 +306,21 @@ class RunResult:
         return sum(record.lost for name, record in self.progress.by_shard.items()
                    if name in self.disk_lost_shards())
 
+    def chaos_not_performed(self) -> list[str]:
+        """The chaos the run was asked for and did not perform (the agents finished
+        before its first turn came, say): one line each, naming the option."""
+        cfg, out = self.config, []
+        took = f"the agents finished in {self.wall_s:.1f} s"
+        if cfg.kill_every_s and not self.actor_kills:
+            out.append(f"--kill-every {cfg.kill_every_s:g}: no actor was killed ({took})")
+        if cfg.kill_node_every_s and not any(not k.disk for k in self.node_kills):
+            out.append(f"--kill-node-every {cfg.kill_node_every_s:g}: no node was removed "
+                       f"({took})")
+        if cfg.kill_disk_every_s and not any(k.disk for k in self.node_kills):
+            out.append(f"--kill-disk-every {cfg.kill_disk_every_s:g}: no disk was lost "
+                       f"({took})")
+        return out
+
     def unrecovered(self) -> list[str]:
         """``shard@node-kill-number`` of every kill after which a shard never served."""
         return [f"{shard}@{k}" for k, kill in enumerate(self.node_kills)
@@ -414,6 +429,7 @@ class RunResult:
             "verification": {"passed": self.verified, "sessions": len(self.live),
                              "mismatches": self.mismatches[:20]},
             "incomplete": self.incomplete[:20],
+            "chaos_not_performed": self.chaos_not_performed(),
             "local_nodes": self.config.local_nodes,
             "shard_map": self.shard_map,
             "auth_mode": self.auth_mode,

@@ -12,6 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 from surfacelog.cli import app, run_display
+from surfacelog.cli.report_html import summary_rows
 from surfacelog.cli.runmodel import RunConfig
 
 from support.shared_examples import EXAMPLES
@@ -135,8 +136,13 @@ def test_run_reports_consistent_figures_and_verifies(tmp_path: Path) -> None:
 
     # A second run resumes the same sessions: their logs grow, nothing is lost.
     before = _digests(db)
-    again = run_json(db, "--sessions", "4", "--turns", "1")
+    # ... with chaos asked that the run is too short to perform: it says so.
+    again = run_json(db, "--sessions", "4", "--turns", "1", "--kill-every", "600")
     assert again["verification"]["passed"]
+    assert report["chaos_not_performed"] == [] and again["actor_kills"] == 0
+    (warning,) = again["chaos_not_performed"]
+    assert warning.startswith("--kill-every 600: no actor was killed")
+    assert ("WARNING: chaos asked, not performed", warning) in summary_rows(again)
     after = _digests(db)
     assert set(after) == set(before)
     for sid, d in before.items():
