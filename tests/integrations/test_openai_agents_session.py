@@ -671,3 +671,38 @@ async def test_through_a_ray_session_handle(tmp_path: Path) -> None:
         await ours.close()
     finally:
         client.shutdown()
+
+
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_local")
+def test_a_ray_handle_session_from_threads_each_with_a_loop(tmp_path: Path) -> None:
+    """Over a Ray handle too, threads each with their own loop share one adapter at once
+    and ``Runner.run_sync`` works (before issue 28 the adapter's lock, bound to the
+    first caller's loop, failed the others)."""
+    import concurrent.futures
+
+    from surfacelog.actors.client import connect
+
+    client = connect(db=str(tmp_path / "ray.db"), placement="packed", packs=1)
+    try:
+        session = SurfacelogSession("rt", handle=client.session("rt"), compact_at=10**9)
+
+        def add(k: int) -> None:
+            loop = asyncio.new_event_loop()
+            try:
+                loop.run_until_complete(
+                    session.add_items([{"role": "user", "content": f"m{k}"}]))
+            finally:
+                loop.close()
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=5) as pool:
+            list(pool.map(add, range(10)))
+        items = asyncio.run(session.get_items())
+        assert sorted(str(i["content"]) for i in items) == sorted(f"m{k}" for k in range(10))
+        result = _run_sync_in_thread(session, _scripted_model(), "one")
+        assert result.final_output.startswith("the answer is")
+        session.close()
+        with pytest.raises(RuntimeError, match="SurfacelogSession is closed"):
+            asyncio.run(session.get_items())
+    finally:
+        client.shutdown()

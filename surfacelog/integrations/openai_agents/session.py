@@ -32,8 +32,9 @@ Event loops and threads, as with ``SQLiteSession`` (which runs its SQL on worker
 threads): a session that opens its own store (``db_path``) runs every operation on one
 event loop of its own, in a daemon thread shared by such sessions, so it can be used
 from any loop and any thread: ``Runner.run_sync`` (a loop of its own, closed after the
-run), several threads each with a loop, one after another or at once. A session given
-a ``store`` or a ``handle`` runs on the caller's loop (the store's, the handle's).
+run), several threads each with a loop, one after another or at once. So does a session
+over a Ray ``SessionHandle`` (bound to no loop). A session given a ``store`` or an
+``EmbeddedHandle`` runs on the caller's loop (the store's).
 After ``close()`` every operation raises ``RuntimeError``, as ``SQLiteSession``'s do.
 """
 
@@ -146,8 +147,9 @@ class SurfacelogSession:
     was appended in between (``append_planned``), so both forms write the same way. Use
     one adapter at a time per session; ``close()`` at the end (flushes, and closes the
     store it opened; ``await session.close()`` works too). A ``db_path`` session runs
-    on an event loop of its own and can be used from any loop or thread (module
-    docstring); a ``store`` or ``handle`` session runs on the caller's loop.
+    (or over a Ray handle) runs on an event loop of its own and can be used from any
+    loop or thread (module docstring); a ``store`` or ``EmbeddedHandle`` session runs
+    on the caller's loop.
 
     ``durable`` (embedded): ``add_items``/``pop_item``/``clear_session`` return once the
     write is committed (the SDK's ``SQLiteSession`` guarantee); ``False`` returns once
@@ -187,8 +189,10 @@ class SurfacelogSession:
         self._store_options = dict(store_options or {})
         self._lock = asyncio.Lock()
         self._closed = False
-        # db_path: every operation runs on the sessions' own loop (_OwnLoop).
-        self._own_loop = db_path is not None
+        # Every operation runs on the sessions' own loop (_OwnLoop) when the adapter
+        # owns its store (db_path) or holds a handle bound to no loop (over Ray).
+        self._own_loop = db_path is not None or (
+            handle is not None and not isinstance(handle, EmbeddedHandle))
         self._memo: dict[int, tuple[int, bytes]] = {}
         self._buffer = bytearray(b"[")
         self._buffered = 0  # nodes whose items are in _buffer
