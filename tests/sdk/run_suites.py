@@ -9,7 +9,8 @@ is used as it is (no network). Then runs the suite's session tests once per back
 which class the tests get: ``sdk`` (the SDK's own, the control), ``embedded`` and
 ``ray``. Exits non-zero when any run fails.
 
-Google ADK's sdist ships no tests (its ``tests/unittests/sessions/`` is not on PyPI):
+Google ADK's sdist ships no tests (its ``tests/unittests/sessions/`` is not on PyPI; they
+import ``DatabaseSessionService``, which needs ``sqlalchemy``, ``google-adk[db]``):
 that suite runs only when its files were put in the cache by hand
 (``.sdk-tests/google-adk-<version>/tests/unittests/sessions/`` with its ``LICENSE``).
 """
