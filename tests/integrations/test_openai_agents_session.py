@@ -391,6 +391,10 @@ async def test_unmappable_items_append_nothing(tmp_path: Path) -> None:
     with pytest.raises(UnmappableItem):
         await s.add_items([EXAMPLES[1], {"role": "user", "content": ("t",)}])
     assert await s.get_items() == [EXAMPLES[0]]
+    # As SQLiteSession.add_items, a TypeError for what JSON cannot encode (issue 28).
+    with pytest.raises(TypeError):
+        await s.add_items([{"role": "user", "content": object()}])
+    assert await s.get_items() == [EXAMPLES[0]]
     await s.close()
 
 
