@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint test test-slow run bench clean
+.PHONY: install lint test test-sdk test-slow run bench clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -23,8 +23,14 @@ lint: $(STAMP)
 PYTEST_PARALLEL ?= -n 2
 PYTEST_REPORT ?= --durations=25
 
-test: lint
+test: lint test-sdk
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) $(PYTEST_REPORT) $(TESTS)
+
+# The agent SDKs' own session tests, unchanged, against our adapters (embedded and over
+# Ray) and the SDKs' own classes (the control): tests/sdk/run_suites.py. The pinned
+# sdists are fetched once into .sdk-tests/ (not in git); later runs need no network.
+test-sdk: $(STAMP)
+	$(BIN)/python tests/sdk/run_suites.py --cache .sdk-tests
 
 test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow $(PYTEST_REPORT)
@@ -36,4 +42,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_surface.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache surfacelog.db surfacelog.db-wal surfacelog.db-shm
+	rm -rf $(VENV) .sdk-tests .pytest_cache .mypy_cache .ruff_cache surfacelog.db surfacelog.db-wal surfacelog.db-shm

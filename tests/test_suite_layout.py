@@ -17,6 +17,7 @@ BEYOND_THE_PACKAGE = {
     "support": "helpers, generators and scenario scripts (no tests)",
     "cluster": "multi-node deployments and the deploy manifests",
     "benchmarks": "smoke runs of benchmarks/ at tiny sizes",
+    "sdk": "make test-sdk: the agent SDKs' own session tests run against the adapters",
 }
 PACKAGE_WIDE = {"test_layers.py", "test_errors.py", "test_suite_layout.py"}
 

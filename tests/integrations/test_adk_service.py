@@ -484,3 +484,31 @@ async def test_a_second_service_on_the_same_sessions(where: Deployment) -> None:
         assert got is not None and got.events == expected
     await first.close()
     await second.close()
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+async def test_get_session_orders_by_timestamp_then_id(service: SurfacelogSessionService,
+                                                       where: Deployment,
+                                                       reverse: bool) -> None:
+    """As ADK's database services (issue 28; ADK's own
+    test_get_session_orders_tied_timestamps_by_id): events of one timestamp come back
+    ordered by id whatever order they were appended in, and an event stamped earlier
+    than those before it comes back in its place, with ``num_recent_events`` cutting
+    that order; the same after a restart (read back from the log)."""
+    ids = ["event_a", "event_m", "event_z"]
+    s = await service.create_session(app_name=APP, user_id=U1)
+    for event_id in reversed(ids) if reverse else ids:
+        await service.append_event(s, Event(author="user", id=event_id, timestamp=100.0))
+    await service.append_event(s, Event(author="user", id="early", timestamp=50.0))
+    want = ["early", *ids]
+    got = await service.get_session(app_name=APP, user_id=U1, session_id=s.id)
+    assert got is not None and [e.id for e in got.events] == want
+    last = await service.get_session(app_name=APP, user_id=U1, session_id=s.id,
+                                     config=GetSessionConfig(num_recent_events=2))
+    assert last is not None and [e.id for e in last.events] == want[-2:]
+    again = await where.restart(service)
+    try:
+        got = await again.get_session(app_name=APP, user_id=U1, session_id=s.id)
+        assert got is not None and [e.id for e in got.events] == want
+    finally:
+        await again.close()

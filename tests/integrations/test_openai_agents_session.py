@@ -379,7 +379,8 @@ async def test_pop_refuses_a_node_of_several_items(tmp_path: Path) -> None:
         await s.pop_item()
     assert err.value.seq == event.seq and err.value.event_type == "assistant/message"
     await s.close()
-    assert len(await s.get_items()) == 3  # used after close: opens the session again
+    with pytest.raises(RuntimeError, match="SurfacelogSession is closed"):
+        await s.get_items()  # used after close: refused, as SQLiteSession's
     await s.close()
     await store.close()
 
@@ -389,6 +390,10 @@ async def test_unmappable_items_append_nothing(tmp_path: Path) -> None:
     await s.add_items([EXAMPLES[0]])
     with pytest.raises(UnmappableItem):
         await s.add_items([EXAMPLES[1], {"role": "user", "content": ("t",)}])
+    assert await s.get_items() == [EXAMPLES[0]]
+    # As SQLiteSession.add_items, a TypeError for what JSON cannot encode (issue 28).
+    with pytest.raises(TypeError):
+        await s.add_items([{"role": "user", "content": object()}])
     assert await s.get_items() == [EXAMPLES[0]]
     await s.close()
 
@@ -552,6 +557,86 @@ async def test_runner_with_compaction_and_a_restart(tmp_path: Path) -> None:
     ref.close()
 
 
+# -- event loops, threads and close (issue 28: as the SDK's SQLiteSession) -----------------
+
+def _run_sync_in_thread(session: Any, model: Any, prompt: str) -> Any:
+    """``Runner.run_sync`` as a sync caller makes it: in a thread with no running loop
+    (it runs the agent on a loop of its own, then closes that loop)."""
+    from agents import Runner
+
+    return Runner.run_sync(_agent(model), prompt, session=session)
+
+
+async def test_run_sync_then_run_on_another_loop(tmp_path: Path) -> None:
+    """Before issue 28 the second run failed with ``RuntimeError: Event loop is
+    closed``: the store opened on run_sync's loop was used after that loop closed."""
+    from agents import SQLiteSession
+
+    ours = SurfacelogSession("rs", tmp_path / "rs.db", compact_at=10**9)
+    ref = SQLiteSession("rs", tmp_path / "sdk.db")
+    for session, model in ((ours, _scripted_model()), (ref, _scripted_model())):
+        result = await asyncio.to_thread(_run_sync_in_thread, session, model, "one")
+        assert result.final_output.startswith("the answer is")
+        await asyncio.to_thread(_run_sync_in_thread, session, model, "two")
+        await _turns(session, model, ["three"])
+    assert await ours.get_items() == await ref.get_items()
+    ours.close()
+    ref.close()
+
+
+def test_used_from_threads_each_with_a_loop_at_once(tmp_path: Path) -> None:
+    """Five threads, each with its own event loop, add to one session at once (the
+    SDK's test_sqlite_session_concurrent_access): every item lands once."""
+    import concurrent.futures
+
+    session = SurfacelogSession("threads", tmp_path / "t.db")
+
+    def add(k: int) -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(session.add_items([{"role": "user", "content": f"m{k}"}]))
+        finally:
+            loop.close()
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=5) as pool:
+        list(pool.map(add, range(20)))
+    items = asyncio.run(session.get_items())
+    assert sorted(str(item["content"]) for item in items) == sorted(f"m{k}" for k in range(20))
+    session.close()  # sync, as SQLiteSession.close()
+    with pytest.raises(RuntimeError, match="SurfacelogSession is closed"):
+        asyncio.run(session.get_items())
+
+
+async def test_a_closed_session_refuses_every_operation(tmp_path: Path) -> None:
+    """As ``SQLiteSession``: after ``close()`` (called without ``await`` too) every
+    operation raises ``RuntimeError``, ``add_items([])`` included; closing again does
+    nothing. Before issue 28 a closed session accepted writes (reopening itself)."""
+    session = SurfacelogSession("closed", tmp_path / "c.db")
+    await session.add_items([EXAMPLES[0]])
+    session.close()
+    for call in (lambda: session.add_items([]), lambda: session.add_items([EXAMPLES[0]]),
+                 session.get_items, session.pop_item, session.clear_session,
+                 session.flush, lambda: session.run_compaction({"force": True})):
+        with pytest.raises(RuntimeError, match="SurfacelogSession is closed"):
+            await call()
+    await session.close()
+    log = await _log(tmp_path / "c.db", "closed")
+    assert [e.type for e in log.log].count("user/message") == 1
+
+
+async def test_session_settings_normalised_as_the_sdk_does(tmp_path: Path) -> None:
+    from agents.memory import SessionSettings
+
+    s = SurfacelogSession("st", tmp_path / "st.db", session_settings={"limit": 1})
+    assert s.session_settings == SessionSettings(limit=1)
+    assert SurfacelogSession("st", tmp_path / "st.db").session_settings == SessionSettings()
+    with pytest.raises(TypeError, match="Unknown session settings: limitt"):
+        SurfacelogSession("st", tmp_path / "st.db", session_settings={"limitt": 1})
+    await s.add_items([EXAMPLES[0], EXAMPLES[5]])
+    assert await s.get_items() == [EXAMPLES[5]]
+    s.close()
+
+
 # -- through Ray ---------------------------------------------------------------------------
 
 @pytest.mark.ray
@@ -588,5 +673,40 @@ async def test_through_a_ray_session_handle(tmp_path: Path) -> None:
         assert [e.type for e in events].count("tool/call") == 2
         ref.close()
         await ours.close()
+    finally:
+        client.shutdown()
+
+
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_local")
+def test_a_ray_handle_session_from_threads_each_with_a_loop(tmp_path: Path) -> None:
+    """Over a Ray handle too, threads each with their own loop share one adapter at once
+    and ``Runner.run_sync`` works (before issue 28 the adapter's lock, bound to the
+    first caller's loop, failed the others)."""
+    import concurrent.futures
+
+    from surfacelog.actors.client import connect
+
+    client = connect(db=str(tmp_path / "ray.db"), placement="packed", packs=1)
+    try:
+        session = SurfacelogSession("rt", handle=client.session("rt"), compact_at=10**9)
+
+        def add(k: int) -> None:
+            loop = asyncio.new_event_loop()
+            try:
+                loop.run_until_complete(
+                    session.add_items([{"role": "user", "content": f"m{k}"}]))
+            finally:
+                loop.close()
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=5) as pool:
+            list(pool.map(add, range(10)))
+        items = asyncio.run(session.get_items())
+        assert sorted(str(i["content"]) for i in items) == sorted(f"m{k}" for k in range(10))
+        result = _run_sync_in_thread(session, _scripted_model(), "one")
+        assert result.final_output.startswith("the answer is")
+        session.close()
+        with pytest.raises(RuntimeError, match="SurfacelogSession is closed"):
+            asyncio.run(session.get_items())
     finally:
         client.shutdown()

@@ -5,7 +5,9 @@ deployment (a ``Client``).
 - A session is a surfacelog session scoped to ADK's app and user (``set_scope``); its
   ADK events are events of its append-only log, one each (``mapping``), and what
   ``get_session`` returns is rebuilt from the log exactly (cached per session, so a
-  read decodes only the events logged since the last one).
+  read decodes only the events logged since the last one), in the order of ADK's
+  database services: by timestamp, events of one timestamp by id (the log keeps them
+  in the order they were appended).
 - Its log is read and written through a ``SessionLike`` (``surfacelog.runtime``): an
   ``EmbeddedHandle`` over the store, or the Ray ``SessionHandle`` of the deployment's
   session actor. Each append carries ``expected_seq`` (the log's length as the service
@@ -42,6 +44,7 @@ actors are the writers, and any number of services (in any process) share them.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -102,6 +105,8 @@ class _Open:
     handle: SessionLike
     length: int = 0
     events: list[AdkEvent] = field(default_factory=list)
+    """In ADK's order (its database services'): by timestamp, ties by event id; the
+    log's (append) order where those are equal."""
     call_seqs: dict[str, int] = field(default_factory=dict)
     spans: dict[int, tuple[float, float]] = field(default_factory=dict)
     """The time span of each of the adapter's events: its timestamp, or a compaction's
@@ -122,12 +127,23 @@ class _Open:
                 continue
             # From JSON text: the same validators run (the result is equal), about 3x
             # faster than from the dict (pydantic's Python-mode path for genai types).
-            self.events.append(AdkEvent.model_validate_json(encode_json(dumped)))
+            self.add(AdkEvent.model_validate_json(encode_json(dumped)))
             self.note(event.seq, dumped)
             if event.type == "assistant/message":
                 for block in event.data["message"]["content"]:
                     if block.get("type") == "tool-call":
                         self.call_seqs[block["id"]] = event.seq
+
+    def add(self, event: AdkEvent) -> None:
+        """Put ``event`` in ``events`` in ADK's order (module docstring): at the end
+        unless an earlier one sorts after it (a timestamp from the past, or a tie on
+        the timestamp with a larger id)."""
+        events = self.events
+        key = _order(event)
+        if not events or _order(events[-1]) <= key:
+            events.append(event)
+        else:
+            events.insert(bisect.bisect_right(events, key, key=_order), event)
 
     def note(self, seq: int, dumped: dict[str, Any]) -> None:
         span = compaction_span(dumped)
@@ -145,6 +161,10 @@ class _Open:
         if not inside or inside[-1] - inside[0] != len(inside) - 1:
             return []
         return [nodes[i] for i in inside]
+
+
+def _order(event: AdkEvent) -> tuple[float, str]:
+    return event.timestamp, event.id or ""
 
 
 def _dump(event: AdkEvent) -> dict[str, Any]:
@@ -354,7 +374,7 @@ class SurfacelogSessionService(BaseSessionService):
             for call_id in tool_call_ids(spec):
                 held.call_seqs[call_id] = first
             held.note(first, dumped)
-            held.events.append(event.model_copy(deep=True))
+            held.add(event.model_copy(deep=True))
             held.length = first + 1
             session.last_update_time = event.timestamp
             return self._commit_event_to_session(session, event)

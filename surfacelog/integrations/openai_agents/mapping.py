@@ -66,11 +66,13 @@ _REASONING_PARTS: Final = frozenset({"summary_text", "reasoning_text"})
 _USER_SIDE_TYPES: Final = frozenset({"mcp_approval_response", "item_reference"})
 
 
-class UnmappableItem(LogError):
+class UnmappableItem(LogError, TypeError):
     """An item the adapter cannot store exactly: not a JSON object, or a value a JSON
-    round trip would change. Nothing was appended. ``rule`` is ``"openai-item"``,
-    ``event_type`` the item's ``type`` (or ``None``), ``seq`` ``None`` (it was never
-    logged); the message names the item's position in the ``add_items`` call."""
+    round trip would change. Nothing was appended. Also a ``TypeError``: what
+    ``SQLiteSession.add_items`` raises for an item JSON cannot encode. ``rule`` is
+    ``"openai-item"``, ``event_type`` the item's ``type`` (or ``None``), ``seq``
+    ``None`` (it was never logged); the message names the item's position in the
+    ``add_items`` call."""
 
 
 def _unmappable(detail: str, index: int | None, item_type: object) -> UnmappableItem:

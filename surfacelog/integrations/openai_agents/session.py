@@ -27,14 +27,24 @@ of an append-only log and the list the SDK reads is the log's *surface* (docs/ru
 The adapter writes no ``turn/start``/``turn/end``: the SDK's protocol has no turns, so
 its events carry ``turn 0, step 0``, and reopening a session never adds crash-repair
 results the SDK did not write. Operations of one adapter run one at a time.
+
+Event loops and threads, as with ``SQLiteSession`` (which runs its SQL on worker
+threads): a session that opens its own store (``db_path``) runs every operation on one
+event loop of its own, in a daemon thread shared by such sessions, so it can be used
+from any loop and any thread: ``Runner.run_sync`` (a loop of its own, closed after the
+run), several threads each with a loop, one after another or at once. So does a session
+over a Ray ``SessionHandle`` (bound to no loop). A session given a ``store`` or an
+``EmbeddedHandle`` runs on the caller's loop (the store's).
+After ``close()`` every operation raises ``RuntimeError``, as ``SQLiteSession``'s do.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import threading
+from collections.abc import Awaitable, Generator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from surfacelog.runtime.handle import (
     EmbeddedHandle,
@@ -63,6 +73,8 @@ from .mapping import PROVIDER, RESIDUAL, Item, Mapped, items_of, map_item, new_m
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+T = TypeVar("T")
+
 ERASER_MODEL: Final = "openai-agents/eraser"
 """The model name on the source of the empty ``assistant/message`` pop and clear append."""
 
@@ -83,6 +95,33 @@ def _eraser(at_seq: int, hidden: Sequence[int], how: str) -> AppendSpec:
     return AppendSpec("assistant/message", {"turn": 0, "step": 0, "message": message},
                       surface_op=ReplaceOp(start=hidden[0], end=hidden[-1]),
                       source_event_seqs=tuple(hidden))
+
+
+class _OwnLoop:
+    """The event loop, in a daemon thread, on which the sessions that open their own
+    store run (started at first use, shared by them all)."""
+
+    _guard = threading.Lock()
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def get(cls) -> asyncio.AbstractEventLoop:
+        with cls._guard:
+            if cls._loop is None or cls._loop.is_closed():
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="surfacelog-sessions",
+                                 daemon=True).start()
+                cls._loop = loop
+            return cls._loop
+
+
+class _Done:
+    """What ``close()`` returns once the session is closed: awaiting it waits for
+    nothing (so both ``session.close()`` and ``await session.close()`` work)."""
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield
 
 
 class SurfacelogSession:
@@ -106,8 +145,11 @@ class SurfacelogSession:
     share a session between processes. Every write is planned from a read of the
     surface and lands exactly after it (``expected_seq``), planned again when anything
     was appended in between (``append_planned``), so both forms write the same way. Use
-    one adapter from one event loop; ``await close()`` at the end (flushes, and closes
-    the store it opened).
+    one adapter at a time per session; ``close()`` at the end (flushes, and closes the
+    store it opened; ``await session.close()`` works too). A ``db_path`` session runs
+    (or over a Ray handle) runs on an event loop of its own and can be used from any
+    loop or thread (module docstring); a ``store`` or ``EmbeddedHandle`` session runs
+    on the caller's loop.
 
     ``durable`` (embedded): ``add_items``/``pop_item``/``clear_session`` return once the
     write is committed (the SDK's ``SQLiteSession`` guarantee); ``False`` returns once
@@ -130,7 +172,7 @@ class SurfacelogSession:
         if not model:
             raise ValueError("model must be a non-empty string")
         self.session_id = session_id
-        self.session_settings = session_settings
+        self.session_settings = _settings(session_settings)
         self.model = model
         self.compact_at = compact_at
         self.retain_tokens = retain_tokens
@@ -146,6 +188,11 @@ class SurfacelogSession:
         self._durable = durable
         self._store_options = dict(store_options or {})
         self._lock = asyncio.Lock()
+        self._closed = False
+        # Every operation runs on the sessions' own loop (_OwnLoop) when the adapter
+        # owns its store (db_path) or holds a handle bound to no loop (over Ray).
+        self._own_loop = db_path is not None or (
+            handle is not None and not isinstance(handle, EmbeddedHandle))
         self._memo: dict[int, tuple[int, bytes]] = {}
         self._buffer = bytearray(b"[")
         self._buffered = 0  # nodes whose items are in _buffer
@@ -227,13 +274,39 @@ class SurfacelogSession:
         session settings' ``limit``) the latest ``limit`` of them (``0``: none; a
         negative limit: all, like ``SQLiteSession``). Fresh objects on every call."""
         limit = self._limit(limit)
-        async with self._lock:
+
+        async def read() -> list[Item]:
             view = await View.read(await self.handle())
             if limit is None or limit < 0:
                 return self._all_items(view)
             if limit == 0:
                 return []
             return self._last_items(view, limit)
+
+        return await self._run(read)
+
+    # -- where operations run ------------------------------------------------------------
+
+    async def _run(self, op: Callable[[], Awaitable[T]]) -> T:
+        """Run ``op`` under the adapter's lock: on the sessions' own loop for a
+        ``db_path`` session, else on the caller's. Raises ``RuntimeError`` once
+        closed."""
+        self._check_open()
+        if not self._own_loop:
+            async with self._lock:
+                self._check_open()
+                return await op()
+        return await asyncio.wrap_future(
+            asyncio.run_coroutine_threadsafe(self._locked(op), _OwnLoop.get()))
+
+    async def _locked(self, op: Callable[[], Awaitable[T]]) -> T:
+        async with self._lock:
+            self._check_open()
+            return await op()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
 
     # -- writing -----------------------------------------------------------------------
 
@@ -256,6 +329,7 @@ class SurfacelogSession:
         """Append ``items`` in order, all or nothing. Raises ``UnmappableItem`` (before
         anything is written) for an item that is not a JSON object surviving a JSON
         round trip, ``SurfaceError`` and the store's (or the actors') errors."""
+        self._check_open()
         mapped = [map_item(item, self.model, k) for k, item in enumerate(items)]
         if not mapped:
             return
@@ -263,8 +337,7 @@ class SurfacelogSession:
         def plan(view: View) -> list[AppendSpec]:
             return self._add_specs(view, mapped)
 
-        async with self._lock:
-            await self._write(plan)
+        await self._run(lambda: self._write(plan))
 
     def _add_specs(self, view: View, mapped: list[Mapped]) -> list[AppendSpec]:
         specs: list[AppendSpec] = []
@@ -316,8 +389,7 @@ class SurfacelogSession:
                 return [_eraser(view.length, list(nodes[k:]), "pop_item")]
             return []
 
-        async with self._lock:
-            await self._write(plan)
+        await self._run(lambda: self._write(plan))
         return popped[0] if popped else None
 
     async def clear_session(self) -> None:
@@ -331,8 +403,7 @@ class SurfacelogSession:
                 return []
             return [_eraser(view.length, list(nodes), "clear_session")]
 
-        async with self._lock:
-            await self._write(plan)
+        await self._run(lambda: self._write(plan))
 
     async def run_compaction(self, args: dict[str, Any] | None = None) -> None:
         """Compact with the core's rules (``choose_range``, ``compaction_request``):
@@ -355,23 +426,52 @@ class SurfacelogSession:
             snapshot = SurfaceSnapshot(tuple(nodes), view.generation, view.length)
             return compaction_request(snapshot, choice, shadowed, self.summarize(shadowed))
 
-        async with self._lock:
+        async def compact() -> None:
             try:
                 await compact_planned(await self.handle(), plan)
             except BaseException:
                 self._forget()
                 raise
 
+        await self._run(compact)
+
     async def flush(self) -> None:
         """Wait until every write is durable (a no-op for durable writes)."""
-        async with self._lock:
+
+        async def flush() -> None:
             if self._handle is not None:
                 await self._handle.flush()
 
-    async def close(self) -> None:
-        """Flush, and close the store this session opened (``db_path``). Embedded, a
-        later call loads the session again (and a later write takes it for writing
-        anew); a handle given to the adapter is flushed and stays the caller's."""
+        await self._run(flush)
+
+    def close(self) -> Awaitable[None]:
+        """Close the session, as ``SQLiteSession.close()``: flush, and close the store
+        this session opened (``db_path``); a handle or store given to the adapter is
+        flushed and stays the caller's. Afterwards every operation raises
+        ``RuntimeError``; closing again does nothing. A ``db_path`` session is closed
+        when this returns; a ``store``/``handle`` session when the awaitable returned is
+        done (it runs as a task of the running loop, awaited or not)."""
+        if self._closed:
+            return _Done()
+        self._closed = True
+        if self._own_loop:
+            future = asyncio.run_coroutine_threadsafe(self._shut(), _OwnLoop.get())
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                future.result()
+                return _Done()
+            if threading.current_thread().name == "surfacelog-sessions":
+                return asyncio.wrap_future(future)
+            future.result()  # the own loop never waits for the caller's: no deadlock
+            return _Done()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return self._shut()
+        return loop.create_task(self._shut())
+
+    async def _shut(self) -> None:
         async with self._lock:
             self._forget()
             handle, store = self._handle, self._opened_store
@@ -386,6 +486,17 @@ class SurfacelogSession:
             finally:
                 if store is not None:
                     await store.close()
+
+
+def _settings(value: Any) -> Any:
+    """``session_settings`` as ``SQLiteSession`` keeps it: a dict made a
+    ``SessionSettings`` (``TypeError`` for an unknown key), ``None`` an empty one, when
+    the SDK is installed; as given otherwise."""
+    try:
+        from agents.memory.session_settings import SessionSettings, coerce_session_settings
+    except ImportError:
+        return value
+    return SessionSettings() if value is None else coerce_session_settings(value)
 
 
 def _find_call(view: View, call_id: str) -> tuple[str, str]:
