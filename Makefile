@@ -23,12 +23,14 @@ lint: $(STAMP)
 PYTEST_PARALLEL ?= -n 2
 PYTEST_REPORT ?= --durations=25
 
-test: lint test-sdk
+test: lint
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) $(PYTEST_REPORT) $(TESTS)
 
 # The agent SDKs' own session tests, unchanged, against our adapters (embedded and over
 # Ray) and the SDKs' own classes (the control): tests/sdk/run_suites.py. The pinned
 # sdists are fetched once into .sdk-tests/ (not in git); later runs need no network.
+# make test runs them too, as one test of the suite (tests/sdk/test_upstream_session_suites.py),
+# so that they overlap with the rest on the second core.
 test-sdk: $(STAMP)
 	$(BIN)/python tests/sdk/run_suites.py --cache .sdk-tests
 

@@ -70,26 +70,31 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 class _Deployments:
-    """The Ray deployments (``Client``) of one test, by database path."""
+    """One Ray deployment (``Client``) for the whole run; each test's sessions get ids of
+    their own in it (the test's number, the database the test named, the session id),
+    so tests stay apart as they do with a fresh SQLite file each, without paying for a
+    deployment per test."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.clients: dict[str, Any] = {}
-
-    def client(self, db_path: str) -> Any:
         from surfacelog.actors.client import connect
 
-        if db_path == ":memory:" or db_path not in self.clients:
-            key = db_path if db_path != ":memory:" else f":memory:{len(self.clients)}"
-            self.clients[key] = connect(db=str(self.root / f"ray-{len(self.clients)}.db"),
-                                        placement="packed", packs=1)
-            return self.clients[key]
-        return self.clients[db_path]
+        self.client = connect(db=str(root / "ray.db"), placement="packed", packs=1)
+        self.test = 0
+        self._databases: dict[str, int] = {}
+
+    def next_test(self) -> None:
+        self.test += 1
+        self._databases.clear()
+
+    def session(self, db_path: str, session_id: str) -> Any:
+        """The handle of ``session_id`` in the database ``db_path`` of this test (each
+        ``:memory:`` session is a database of its own, as in SQLite)."""
+        key = db_path if db_path != ":memory:" else f":memory:{len(self._databases)}"
+        database = self._databases.setdefault(key, len(self._databases))
+        return self.client.session(f"t{self.test}-d{database}-{session_id}")
 
     def shutdown(self) -> None:
-        for client in self.clients.values():
-            client.shutdown()
-        self.clients.clear()
+        self.client.shutdown()
 
 
 def _swap_class(root: Path, deployments: _Deployments | None) -> type:
@@ -107,9 +112,10 @@ def _swap_class(root: Path, deployments: _Deployments | None) -> type:
                      ) -> None:
             path = str(db_path)
             if deployments is not None:
-                handle = deployments.client(path).session(session_id)
-                super().__init__(session_id, handle=handle,
+                handle = deployments.session(path, session_id)
+                super().__init__(handle.session_id, handle=handle,
                                  session_settings=session_settings)
+                self.session_id = session_id  # the id the test gave, as SQLiteSession's
                 return
             if path == ":memory:":
                 path = tempfile.mkstemp(suffix=".db", dir=root)[1]
@@ -123,9 +129,10 @@ def _swap_class(root: Path, deployments: _Deployments | None) -> type:
 
 
 @pytest.fixture(scope="session")
-def _sdk_ray() -> Iterator[None]:
+def _sdk_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Deployments | None]:
+    """With ``ray``: a local Ray and the run's one deployment on it."""
     if BACKEND != "ray":
-        yield
+        yield None
         return
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     import ray
@@ -134,24 +141,23 @@ def _sdk_ray() -> Iterator[None]:
 
     init_ray(None, num_cpus=2, include_dashboard=False, log_to_driver=False,
              configure_logging=False)
+    deployments = _Deployments(tmp_path_factory.mktemp("sdk-ray"))
     try:
-        yield
+        yield deployments
     finally:
+        deployments.shutdown()
         ray.shutdown()
 
 
 @pytest.fixture(autouse=True)
 def _swap_sqlite_session(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
-                         _sdk_ray: None) -> Iterator[None]:
+                         _sdk_ray: _Deployments | None) -> Iterator[None]:
     module = getattr(request, "module", None)
     if BACKEND == "sdk" or module is None or not hasattr(module, "SQLiteSession"):
         yield
         return
+    if _sdk_ray is not None:
+        _sdk_ray.next_test()
     with tempfile.TemporaryDirectory(prefix="sdk-session-") as root:
-        deployments = _Deployments(Path(root)) if BACKEND == "ray" else None
-        monkeypatch.setattr(module, "SQLiteSession", _swap_class(Path(root), deployments))
-        try:
-            yield
-        finally:
-            if deployments is not None:
-                deployments.shutdown()
+        monkeypatch.setattr(module, "SQLiteSession", _swap_class(Path(root), _sdk_ray))
+        yield
