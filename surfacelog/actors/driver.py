@@ -31,7 +31,6 @@ from surfacelog.store.errors import CommitFailed, StoreError
 from surfacelog.store.shardmap import Shard
 
 MAX_RESENDS = 50
-OUTAGE_BUDGET_S = 180.0
 """How long a driver keeps retrying a request whose shard is unavailable (its node is
 lost) before the session's driving fails for good."""
 OUTAGE_PAUSE_S = 0.25
@@ -187,7 +186,7 @@ class SessionDriver:
         not an error: each refusal is counted on the shard and the very same request is
         sent again after a pause (an append carries its ``expected_seq``, so it lands
         exactly once). ``refusals``: the errors taken as an outage. Raises the last
-        refusal after ``OUTAGE_BUDGET_S``, and any other error at once."""
+        refusal after the script's ``outage_budget_s``, and any other error at once."""
         first: float | None = None
         while True:
             started = time.monotonic()
@@ -199,7 +198,7 @@ class SessionDriver:
                 else:
                     self.shard.transient += 1
                 first = started if first is None else first
-                if time.monotonic() - first > OUTAGE_BUDGET_S:
+                if time.monotonic() - first > self.script.config.outage_budget_s:
                     raise
                 await asyncio.sleep(OUTAGE_PAUSE_S)
                 continue
@@ -248,7 +247,7 @@ class SessionDriver:
                 await self._check_turn_open()
                 continue
             except ShardUnavailable:
-                raise  # the outage outlasted OUTAGE_BUDGET_S: this session's end
+                raise  # the outage outlasted the outage budget: this session's end
             except SessionUnavailable:
                 # Passivated (or its actor fenced) between lookup and request: resend,
                 # exactly once thanks to expected_seq, after a look at whether repair

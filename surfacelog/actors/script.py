@@ -47,6 +47,9 @@ class ScriptConfig(Struct, frozen=True):
     mode: AppendMode = "batch"
     provider: str = "scripted"
     model: str = "scripted-1"
+    outage_budget_s: float = 180.0
+    """How long a driver keeps resending a request whose shard is unavailable before
+    that session's agent gives up (``SessionDriver``)."""
 
 
 @dataclass

@@ -127,6 +127,11 @@ class RunConfig:
              "seconds with an empty disk: its shards are restored from their replicas. "
              "The acknowledged events not yet replicated are lost and counted; 0 = off")
     ] = 0.0
+    outage_budget_s: Annotated[float, Option(
+        "--outage-budget", min=0.0,
+        help="how long an agent keeps resending a request whose shard is unavailable "
+             "(its node lost, by the chaos or otherwise) before it gives up on that "
+             "session, which the report then names")] = 180.0
     via: Annotated[Via, Option(
         help="ray: the drivers call the session actors; http: the run starts the HTTP "
              "gateway (loopback, a token of its own) and the drivers append "
