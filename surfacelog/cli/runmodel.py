@@ -131,7 +131,7 @@ class RunConfig:
         "--outage-budget", min=0.0,
         help="how long an agent keeps resending a request whose shard is unavailable "
              "(its node lost, by the chaos or otherwise) before it gives up on that "
-             "session, which the report then names")] = 180.0
+             "session (an error of the run, its refusal the last error)")] = 180.0
     via: Annotated[Via, Option(
         help="ray: the drivers call the session actors; http: the run starts the HTTP "
              "gateway (loopback, a token of its own) and the drivers append "
