@@ -11,6 +11,7 @@ run must leave the same items in both.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import math
 import subprocess
@@ -559,6 +560,20 @@ async def test_runner_with_compaction_and_a_restart(tmp_path: Path) -> None:
 
 # -- event loops, threads and close (issue 28: as the SDK's SQLiteSession) -----------------
 
+def _add_from_threads(session: SurfacelogSession, count: int) -> None:
+    """Add ``count`` items, each from a thread of five with an event loop of its own."""
+    def add(k: int) -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(
+                session.add_items([{"role": "user", "content": f"m{k}"}]))
+        finally:
+            loop.close()
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=5) as pool:
+        list(pool.map(add, range(count)))
+
+
 def _run_sync_in_thread(session: Any, model: Any, prompt: str) -> Any:
     """``Runner.run_sync`` as a sync caller makes it: in a thread with no running loop
     (it runs the agent on a loop of its own, then closes that loop)."""
@@ -587,19 +602,9 @@ async def test_run_sync_then_run_on_another_loop(tmp_path: Path) -> None:
 def test_used_from_threads_each_with_a_loop_at_once(tmp_path: Path) -> None:
     """Five threads, each with its own event loop, add to one session at once (the
     SDK's test_sqlite_session_concurrent_access): every item lands once."""
-    import concurrent.futures
-
     session = SurfacelogSession("threads", tmp_path / "t.db")
 
-    def add(k: int) -> None:
-        loop = asyncio.new_event_loop()
-        try:
-            loop.run_until_complete(session.add_items([{"role": "user", "content": f"m{k}"}]))
-        finally:
-            loop.close()
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=5) as pool:
-        list(pool.map(add, range(20)))
+    _add_from_threads(session, 20)
     items = asyncio.run(session.get_items())
     assert sorted(str(item["content"]) for item in items) == sorted(f"m{k}" for k in range(20))
     session.close()  # sync, as SQLiteSession.close()
@@ -683,24 +688,13 @@ def test_a_ray_handle_session_from_threads_each_with_a_loop(tmp_path: Path) -> N
     """Over a Ray handle too, threads each with their own loop share one adapter at once
     and ``Runner.run_sync`` works (before issue 28 the adapter's lock, bound to the
     first caller's loop, failed the others)."""
-    import concurrent.futures
-
     from surfacelog.actors.client import connect
 
     client = connect(db=str(tmp_path / "ray.db"), placement="packed", packs=1)
     try:
         session = SurfacelogSession("rt", handle=client.session("rt"), compact_at=10**9)
 
-        def add(k: int) -> None:
-            loop = asyncio.new_event_loop()
-            try:
-                loop.run_until_complete(
-                    session.add_items([{"role": "user", "content": f"m{k}"}]))
-            finally:
-                loop.close()
-
-        with concurrent.futures.ThreadPoolExecutor(max_workers=5) as pool:
-            list(pool.map(add, range(10)))
+        _add_from_threads(session, 10)
         items = asyncio.run(session.get_items())
         assert sorted(str(i["content"]) for i in items) == sorted(f"m{k}" for k in range(10))
         result = _run_sync_in_thread(session, _scripted_model(), "one")

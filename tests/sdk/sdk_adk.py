@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from exempt import mark_exempt
 
 BACKEND = os.environ.get("SURFACELOG_SDK_BACKEND", "sdk")
 if BACKEND not in ("sdk", "embedded", "ray"):
@@ -42,12 +43,7 @@ def pytest_report_header() -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    if BACKEND == "sdk":
-        return
-    for item in items:
-        name = getattr(item, "originalname", item.name)
-        if name in EXEMPT:
-            item.add_marker(pytest.mark.skip(reason=f"exempt: {EXEMPT[name]}"))
+    mark_exempt(items, EXEMPT, BACKEND)
 
 
 class _Services:
