@@ -30,6 +30,7 @@ from starlette.routing import Match
 from surfacelog.actors.client import Client, SessionHandle
 from surfacelog.gateway import wire
 from surfacelog.gateway.auth import AuthConfig, Grant
+from surfacelog.gateway.budget import BODY_BUDGET_BYTES, BodyBudget
 from surfacelog.gateway.errors import BadRequest, BodyTooLarge, Forbidden, OutcomeUnknown
 from surfacelog.gateway.ids import ID_PATTERN, MAX_ID_LENGTH, check_id, new_id, valid_id
 from surfacelog.gateway.problems import (
@@ -188,8 +189,10 @@ class Sessions:
         return self.client.session(session_id)
 
 
-def build_app(client: Client, auth: AuthConfig) -> FastAPI:
-    """The gateway's FastAPI app over ``client``, guarded by ``auth``."""
+def build_app(client: Client, auth: AuthConfig, *,
+              body_budget: int = BODY_BUDGET_BYTES) -> FastAPI:
+    """The gateway's FastAPI app over ``client``, guarded by ``auth``, holding at most
+    ``body_budget`` bytes of request bodies at once (``budget.BodyBudget``)."""
     app = FastAPI(title=TITLE, version=API_VERSION, openapi_url=None, docs_url=None,
                   redoc_url=None,
                   description="Event-sourced agent sessions over HTTP: append events, "
@@ -197,6 +200,7 @@ def build_app(client: Client, auth: AuthConfig) -> FastAPI:
                               "export and follow. JSON is DeepSeek Harness's (camelCase).")
     sessions = Sessions(client)
     app.state.auth = auth
+    app.add_middleware(BodyBudget, budget=body_budget)
     document: list[dict[str, Any]] = []  # the OpenAPI document, made on first request
 
     # -- errors --------------------------------------------------------------------------

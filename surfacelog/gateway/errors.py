@@ -39,6 +39,11 @@ class BadRequest(SurfacelogError):
     """A request whose parameters or body cannot be read (not JSON, a wrong field)."""
 
 
+class GatewayBusy(SurfacelogError):
+    """The replica holds as many request bodies as its budget allows (``BodyBudget``):
+    retry after a moment."""
+
+
 class BodyTooLarge(SurfacelogError):
     """A request body beyond the gateway's limit (``MAX_BODY_BYTES``)."""
 

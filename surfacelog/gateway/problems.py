@@ -19,6 +19,7 @@ from surfacelog.gateway.errors import (
     BadRequest,
     BodyTooLarge,
     Forbidden,
+    GatewayBusy,
     InvalidSessionId,
     OutcomeUnknown,
     Unauthorized,
@@ -50,6 +51,7 @@ _BY_CLASS: Final[tuple[tuple[type[BaseException], int, str, str], ...]] = (
     (InvalidSessionId, 400, "invalid-session-id", "Invalid session id"),
     (BadRequest, 400, "bad-request", "Bad request"),
     (BodyTooLarge, 413, "body-too-large", "Body too large"),
+    (GatewayBusy, 503, "busy", "Gateway busy"),
     (SessionNotFound, 404, "unknown-session", "Unknown session"),
     (SessionExists, 409, "session-exists", "Session already exists"),
     (StaleRequest, 409, "conflict", "Conflict"),  # Conflict is one

@@ -33,7 +33,8 @@ def test_run_options_are_run_config_fields() -> None:
             "--prune-over", "--durability", "--mode", "--db", "--address", "--report",
             "--seed", "--kill-every", "--kill-journal", "--json", "--writer",
             "--local-nodes", "--shards", "--kill-node-every", "--node-down",
-            "--summariser", "--via", "--force", "--replica", "--kill-disk-every"} == flags
+            "--summariser", "--via", "--force", "--replica", "--kill-disk-every",
+            "--outage-budget"} == flags
 
 
 def test_run_builds_one_run_config_from_its_options(monkeypatch: pytest.MonkeyPatch,
