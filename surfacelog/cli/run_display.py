@@ -27,6 +27,7 @@ from surfacelog.cli.runmodel import RunConfig, Sample
 from surfacelog.schema.codec import encode_json
 
 EXIT_OK, EXIT_VERIFY_FAILED, EXIT_ERRORS, EXIT_FAILED = 0, 1, 3, 4
+EXIT_CHAOS_NOT_PERFORMED = 5  # only with --strict
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 CONNECT_TIMEOUT_S = 5.0
 """How long ``--address HOST:PORT`` is tried before the run gives up (exit 4): Ray's
@@ -259,7 +260,11 @@ def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | N
         return EXIT_FAILED
     if not result.verified:
         return EXIT_VERIFY_FAILED
-    return EXIT_ERRORS if data["errors"] else EXIT_OK
+    if data["errors"]:
+        return EXIT_ERRORS
+    if cfg.strict and data["chaos_not_performed"]:
+        return EXIT_CHAOS_NOT_PERFORMED
+    return EXIT_OK
 
 
 def _one_line(exc: BaseException) -> str:

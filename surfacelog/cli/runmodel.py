@@ -137,6 +137,9 @@ class RunConfig:
              "gateway (loopback, a token of its own) and the drivers append "
              "through it with expectedSeq (durable only)")] = "ray"
     as_json: Annotated[bool, Option("--json", help="machine-readable output")] = False
+    strict: Annotated[bool, Option(
+        "--strict", help="exit 5 when chaos was asked for and not performed (the run "
+                         "ended before its first kill), instead of a warning only")] = False
 
     def __post_init__(self) -> None:
         if self.drivers != "auto" and not (self.drivers.isdigit() and int(self.drivers) >= 1):

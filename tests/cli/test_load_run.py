@@ -34,7 +34,7 @@ def test_run_options_are_run_config_fields() -> None:
             "--seed", "--kill-every", "--kill-journal", "--json", "--writer",
             "--local-nodes", "--shards", "--kill-node-every", "--node-down",
             "--summariser", "--via", "--force", "--replica", "--kill-disk-every",
-            "--outage-budget"} == flags
+            "--outage-budget", "--strict"} == flags
 
 
 def test_run_builds_one_run_config_from_its_options(monkeypatch: pytest.MonkeyPatch,
@@ -144,6 +144,9 @@ def test_run_reports_consistent_figures_and_verifies(tmp_path: Path) -> None:
     (warning,) = again["chaos_not_performed"]
     assert warning.startswith("--kill-every 600: no actor was killed")
     assert ("WARNING: chaos asked, not performed", warning) in summary_rows(again)
+    strict = runner.invoke(app, ["run", "--db", str(db), "--json", "--sessions", "4",
+                                 "--turns", "1", "--kill-every", "600", "--strict"])
+    assert strict.exit_code == 5, strict.output
     after = _digests(db)
     assert set(after) == set(before)
     for sid, d in before.items():

@@ -39,7 +39,8 @@ def run(**options: Any) -> None:
     another run holds --db, Ray (raylet, GCS) or one of the run's own actors (driver,
     compactor, pruner) was lost mid-run (the report is still printed, marked
     incomplete; after the loss of the GCS, one line), or the --report file could not
-    be written; 130 interrupted by Ctrl-C
+    be written; 5 with --strict, chaos was asked for and not performed (the table
+    warns of it either way); 130 interrupted by Ctrl-C
     (what was acknowledged is kept; a rerun with the same --db resumes: the same
     session ids continue their logs, nothing is replayed or duplicated).
 
