@@ -40,6 +40,14 @@ class VersionRefused(StoreError):
     """The database file was written by another build (bump-and-reject: left untouched)."""
 
 
+class FileBusy(VersionRefused):
+    """The read-only schema check could not read the file for as long as it waited: the
+    wal-index a killed writer left is stale and only a writable connection rebuilds it
+    (SQLite reports SQLITE_PROTOCOL or BUSY meanwhile). Opening for writing goes on past
+    it (the writable open recovers the file and checks its schema before any write); a
+    read-only open refuses."""
+
+
 class SeqMismatch(StoreError):
     """A batch does not start at the stored next seq of its session (gap or duplicate)."""
 
@@ -147,6 +155,7 @@ __all__ = [
     "DatabaseNotFound",
     "DshFileCorrupt",
     "DshSourceError",
+    "FileBusy",
     "ImportAbandoned",
     "LitestreamNotFound",
     "ReplicaEmpty",

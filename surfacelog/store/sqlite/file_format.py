@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Final, Literal
 
-from surfacelog.store.errors import VersionRefused
+from surfacelog.store.errors import FileBusy, VersionRefused
 
 SCHEMA_VERSION: Final = 2
 """Bump with every change of ``schema.sql``."""
@@ -240,9 +240,13 @@ def inspect_file(path: Path) -> FileState:
             # A read-only reader cannot rebuild the -shm index a killed writer left
             # stale, and SQLite reports the race as SQLITE_PROTOCOL or a BUSY code:
             # transient, so wait for whoever is recovering it rather than refuse.
-            if _transient(exc) and attempt < attempts - 1:
-                time.sleep(min(0.01 * 2 ** attempt, 0.2))
-                continue
+            if _transient(exc):
+                if attempt < attempts - 1:
+                    time.sleep(min(0.01 * 2 ** attempt, 0.2))
+                    continue
+                raise FileBusy(f"{path} could not be read by the read-only schema check: "
+                               f"{exc} (a killed writer's stale wal-index, or a writer "
+                               f"recovering it); left unmodified") from exc
             raise VersionRefused(f"{path} cannot be read as a SQLite database: {exc}; "
                                  f"refused and left unmodified") from exc
         finally:

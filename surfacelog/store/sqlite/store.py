@@ -20,6 +20,7 @@ from surfacelog.schema.header import SessionHeader, check_header, header_to_json
 from surfacelog.store.base import EventStore, ScopedEventStore, SessionInfo
 from surfacelog.store.errors import (
     DatabaseNotFound,
+    FileBusy,
     SeqMismatch,
     SessionDeleted,
     SessionExists,
@@ -243,7 +244,13 @@ class SqliteEventStore(ScopedEventStore):
         path = Path(path)
         if (read_only or not create) and not path.exists():
             raise DatabaseNotFound(f"no database at {path}")
-        await asyncio.to_thread(inspect_file, path)
+        try:
+            await asyncio.to_thread(inspect_file, path)
+        except FileBusy:
+            if read_only:
+                raise
+            # A killed writer's stale wal-index: the writable connection below rebuilds
+            # it, and _prepare checks the schema before anything is written.
         if read_only:
             conn = await _open_read_only(path, busy_timeout_ms)
         else:
