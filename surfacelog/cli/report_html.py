@@ -102,6 +102,8 @@ def config_rows(cfg: RunConfig) -> list[tuple[str, str]]:
             text = "off"
         elif f.name == "local_nodes" and not raw:
             text = "none (one-node Ray)"
+        elif f.name == "node_down_s":
+            text = value(cfg.node_down, unit)
         else:
             text = value(raw, unit)
         rows.append((label, text))

@@ -169,8 +169,6 @@ class RunConfig:
             raise BadParameter("--node-down is how long a removed node stays down: it "
                                "needs --kill-node-every or --kill-disk-every",
                                param_hint="'--node-down'")
-        if self.node_down_s is None:
-            object.__setattr__(self, "node_down_s", NODE_DOWN_S)
         if not self.local_nodes:
             for given, flag in ((self.shards is not None, "--shards"),
                                 (self.kill_node_every_s > 0, "--kill-node-every"),

@@ -12,7 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 from surfacelog.cli import app, run_display
-from surfacelog.cli.report_html import summary_rows
+from surfacelog.cli.report_html import config_rows, summary_rows
 from surfacelog.cli.runmodel import RunConfig
 
 from support.shared_examples import EXAMPLES
@@ -86,7 +86,9 @@ def test_a_flag_without_its_parent_flag_is_a_usage_error(
 
 
 def test_node_down_defaults_to_two_seconds_when_chaos_is_on() -> None:
-    assert RunConfig(local_nodes=2, kill_node_every_s=3).node_down_s == 2.0
+    config = RunConfig(local_nodes=2, kill_node_every_s=3)
+    assert config.node_down_s is None and config.node_down == 2.0
+    assert ("Node chaos: a removed node stays down", "2 s") in config_rows(config)
     assert RunConfig(local_nodes=2, kill_node_every_s=3, node_down_s=0.5).node_down == 0.5
 
 
