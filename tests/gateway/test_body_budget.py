@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -22,24 +21,20 @@ from surfacelog.gateway.budget import BodyBudget
 from surfacelog.gateway.ingress import AsgiThread
 from surfacelog.store.shardmap import ShardMap
 
+from support.ports import free_port
+
 pytestmark = pytest.mark.usefixtures("ray_local")
 
 TOKEN = "budget-token-0123456789abcdef"
 BUDGET = 100_000
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, FastAPI]]:
     client: Client = connect(config=HostingConfig(ShardMap.single(str(tmp_path / "b.db")),
                                                   placement="packed", packs=1))
-    port = _free_port()
+    port = free_port()
     app = build_app(client, AuthConfig(parse_grants(TOKEN, "test")), body_budget=BUDGET)
     server = AsgiThread(app, "127.0.0.1", port)
     server.ready(30.0)

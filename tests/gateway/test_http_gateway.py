@@ -40,6 +40,7 @@ from surfacelog.session import Session
 from surfacelog.store.shardmap import ShardMap
 
 from support import paths
+from support.ports import free_port
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 
@@ -56,12 +57,6 @@ class Gateway:
     client: Client
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
 
 @pytest.fixture(scope="module")
 def gateway(ray_local: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
@@ -69,7 +64,7 @@ def gateway(ray_local: None, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     hosting = HostingConfig(ShardMap.single(str(db)), placement="packed", packs=2)
     auth = AuthConfig(parse_grants(f"{FULL}\n{LIMITED} {PREFIX}\n", "test"))
     client = connect(config=hosting)
-    url = start_gateway(hosting, auth, host="127.0.0.1", port=_free_port())
+    url = start_gateway(hosting, auth, host="127.0.0.1", port=free_port())
     try:
         yield Gateway(url, db, client)
     finally:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,13 +15,7 @@ import httpx
 import psutil
 
 from support import paths
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from support.ports import free_port
 
 
 def _wait_until_serving(proc: subprocess.Popen[bytes], url: str, token: str) -> None:
@@ -44,7 +37,7 @@ def _wait_until_serving(proc: subprocess.Popen[bytes], url: str, token: str) -> 
 def test_tokens_from_the_environment_reach_no_process_of_the_cluster(
         tmp_path: Path) -> None:
     token = f"env-token-{secrets.token_hex(16)}"
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "SURFACELOG_GATEWAY_TOKENS": token}
     proc = subprocess.Popen(
         [sys.executable, "-m", "surfacelog.cli", "serve", "--db", str(tmp_path / "s.db"),
