@@ -100,9 +100,7 @@ def _kill_loop(tmp_path: Path, kills: int, seed: int, kills_per_session: int = 2
 
 
 def test_sigkill_loses_nothing_acknowledged(tmp_path: Path) -> None:
-    started = time.monotonic()
     _kill_loop(tmp_path, kills=50, seed=1)
-    assert time.monotonic() - started < 120
 
 
 @pytest.mark.slow

@@ -802,6 +802,42 @@ def test_schema_precheck_waits_out_a_transient_lock_error(
     holder.close()
 
 
+def test_schema_precheck_gives_up_by_time_when_sqlite_itself_waits_long(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite's own wal-index retry loop can spend ~10 s in one read before it answers
+    SQLITE_PROTOCOL; the check's retries are bounded by time, so such a file costs one
+    slow read and FileBusy, not a dozen (a CI run once spent 150 s here)."""
+    import types
+
+    from surfacelog.store.errors import FileBusy
+    from surfacelog.store.sqlite import file_format as schema_check
+
+    db = tmp_path / "s.db"
+    asyncio.run(_create_one(db))
+    holder = sqlite3.connect(db)
+    holder.execute("SELECT count(*) FROM sessions").fetchone()
+    clock = [0.0]
+    reads = []
+
+    def slow_protocol_error(conn: sqlite3.Connection) -> schema_check.SchemaShape:
+        reads.append(clock[0])
+        clock[0] += 10.0
+        exc = sqlite3.OperationalError("locking protocol")
+        exc.sqlite_errorcode = 15  # type: ignore[attr-defined]
+        raise exc
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    monkeypatch.setattr(schema_check, "read_shape", slow_protocol_error)
+    monkeypatch.setattr(schema_check, "time",
+                        types.SimpleNamespace(monotonic=lambda: clock[0], sleep=sleep))
+    with pytest.raises(FileBusy, match="locking protocol"):
+        schema_check.inspect_file(db)
+    assert reads == [0.0]
+    holder.close()
+
+
 async def _create_one(db: Path) -> None:
     store = await SqliteEventStore.open(db)
     await store.create(header("precheck"))

@@ -180,7 +180,9 @@ def classify(found: SchemaShape, where: str) -> FileState:
         f"unmodified: " + "; ".join(problems))
 
 
-_TRANSIENT_RETRIES: Final = 12  # about 1.5 s of backing off in all
+# One read can itself spend ~10 s inside SQLite (its wal-index retry loop) before it
+# reports SQLITE_PROTOCOL, so the retries are bounded by time, not by count.
+_TRANSIENT_DEADLINE_S: Final = 1.5
 _TRANSIENT_CODES: Final = frozenset({5, 6, 15})  # SQLITE_BUSY, SQLITE_LOCKED, SQLITE_PROTOCOL
 
 
@@ -219,8 +221,10 @@ def inspect_file(path: Path) -> FileState:
         raise VersionRefused(f"{path} is not a SQLite database (no SQLite header); refused "
                              f"and left unmodified")
     wal = path.with_name(path.name + "-wal")
-    attempts = _TRANSIENT_RETRIES + 3
-    for attempt in range(attempts):
+    deadline = time.monotonic() + _TRANSIENT_DEADLINE_S
+    attempt = 0
+    while True:
+        attempt += 1
         had_wal = wal.exists()
         query = "mode=ro&readonly_shm=1" if had_wal else "mode=ro&immutable=1"
         uri = f"{path.resolve().as_uri()}?{query}"
@@ -235,14 +239,15 @@ def inspect_file(path: Path) -> FileState:
             # A writer that closed meanwhile removed (or one that opened created) the
             # -wal/-shm files the open was chosen for: look again, rather than call a
             # good database unreadable.
-            if wal.exists() != had_wal and attempt < attempts - 1:
+            if wal.exists() != had_wal and attempt < 4:
                 continue
             # A read-only reader cannot rebuild the -shm index a killed writer left
             # stale, and SQLite reports the race as SQLITE_PROTOCOL or a BUSY code:
             # transient, so wait for whoever is recovering it rather than refuse.
             if _transient(exc):
-                if attempt < attempts - 1:
-                    time.sleep(min(0.01 * 2 ** attempt, 0.2))
+                pause = min(0.01 * 2 ** attempt, 0.2)
+                if time.monotonic() + pause < deadline:
+                    time.sleep(pause)
                     continue
                 raise FileBusy(f"{path} could not be read by the read-only schema check: "
                                f"{exc} (a killed writer's stale wal-index, or a writer "
@@ -252,7 +257,6 @@ def inspect_file(path: Path) -> FileState:
         finally:
             conn.close()
         return classify(shape, str(path))
-    raise AssertionError("unreachable")
 
 
 def check_or_initialise(conn: sqlite3.Connection, where: str) -> FileState:
