@@ -32,6 +32,7 @@ from surfacelog.store.errors import (
     SessionNotFound,
     Unsupported,
 )
+from surfacelog.store.provenance import SourceCheck
 from surfacelog.store.rows import NO_ROWS, EncodedBatch, decode_rows, encode_batch
 from surfacelog.store.scoped import ScopedSession, ScopedState, SessionPage
 from surfacelog.store.stored import StoredSession, decode_header
@@ -151,7 +152,8 @@ class EventStore(abc.ABC):
         return await self.create_stored(header, batch)
 
     async def create_streamed(self, header: SessionHeader,
-                              batches: Iterable[Sequence[Event | PackedRun]]) -> int:
+                              batches: Iterable[Sequence[Event | PackedRun]], *,
+                              source: str | None = None) -> int:
         """Store a new session whose events (from seq 0, contiguous; not validated here)
         come in ``batches``, all or nothing, and return how many were stored. Every
         batch is consumed before anything is refused for the store's reasons, so an
@@ -159,9 +161,11 @@ class EventStore(abc.ABC):
         wins: it is raised, and nothing is stored. Then ``SessionExists`` when the id is
         taken (nothing stored), ``SeqMismatch``, ``BadEvent``, ``StoreError``.
 
-        A batch may hold a packed row's ``PackedRun`` for its events. This default
-        collects the batches (runs expanded) and calls ``create``: memory holds the
-        whole log. A backend that can keep one transaction open across batches (SQLite)
+        A batch may hold a packed row's ``PackedRun`` for its events. ``source``: the
+        session is an import of that source, which a backend that keeps import records
+        (SQLite: ``check_source``) records with it. This default collects the batches
+        (runs expanded) and calls ``create``, keeping no record: memory holds the whole
+        log. A backend that can keep one transaction open across batches (SQLite)
         overrides it so that memory holds one batch."""
         events: list[Event] = []
         for batch in batches:
@@ -172,6 +176,13 @@ class EventStore(abc.ABC):
                     events.append(cast(Event, item))
         await self.create(header, events)
         return len(events)
+
+    async def check_source(self, session_id: str) -> SourceCheck | None:
+        """``session_id`` checked against the record of its import: whether it still
+        holds every event of its source as imported (``SourceCheck``). ``None`` when it
+        was not imported, or when the backend keeps no import records (this default).
+        Raises ``StoreError``."""
+        return None
 
     @final
     async def append(self, session_id: str, events: Sequence[Event], *, epoch: int,

@@ -103,7 +103,7 @@ async def import_log(store: EventStore, log: LogFile, source: Path, *,
     events = upgrade_legacy(log.events) if legacy else log.events
     header = _header(log.header, events[0] if events else None, source)
     batches = (events[k:k + _IMPORT_BATCH] for k in range(0, len(events), _IMPORT_BATCH))
-    await store.create_streamed(header, _validated(batches, LogCheck()))
+    await store.create_streamed(header, _validated(batches, LogCheck()), source=str(source))
     return header
 
 
@@ -162,5 +162,5 @@ async def import_stream(store: EventStore, stream: LogStream, source: Path, *,
     Raises ``surfacelog.schema.LogError`` (``DecodeError`` for a bad line), ``OSError``,
     ``SessionExists``, ``StoreError``."""
     header, items = stream_header(stream, source, batches)
-    stored = await store.create_streamed(header, validated_stream(items))
+    stored = await store.create_streamed(header, validated_stream(items), source=str(source))
     return StreamedImport(header, stored, stream.notes.torn)

@@ -246,7 +246,8 @@ class ShardedStores:
         if refusal is not None:
             raise refusal
         try:
-            await (await self.store(home, create=True)).create(header, events)
+            await (await self.store(home, create=True)).create_streamed(
+                header, [events], source=str(source))
         except SessionExists as exc:
             raise SessionExists(f"{exc} (on shard {home.name!r})") from exc
         return home, header
@@ -298,7 +299,7 @@ class ShardedStores:
                 pass
             raise
         try:
-            stored = await store.create_streamed(header, checked)
+            stored = await store.create_streamed(header, checked, source=str(source))
         except SessionExists as exc:
             if exc is refusal:
                 raise

@@ -28,23 +28,32 @@ class VerifyFailure(Struct, frozen=True):
 
 async def verify_store(store: EventStore) -> tuple[int, list[VerifyFailure]]:
     """Load every stored session through the core's full validation (header, row
-    decoding, contiguity, row count, every rule of the log), read-only.
+    decoding, contiguity, row count, every rule of the log), read-only, and check an
+    imported session against the record of its import (``check_source``): one that no
+    longer holds every event of its source as imported fails, cut short or changed.
 
     Returns how many sessions were checked and one failure per session that does not
-    load, in session id order (the first failing seq of a session hides later ones). A
-    session the database cannot read (a corrupted page: ``StoreError``) is a failure
-    too, and the others are still checked. Raises ``StoreError`` when the sessions
-    cannot even be listed.
+    load or is not its whole source, in session id order (the first failing seq of a
+    session hides later ones). A session the database cannot read (a corrupted page:
+    ``StoreError``) is a failure too, and the others are still checked. Raises
+    ``StoreError`` when the sessions cannot even be listed.
     """
     failures = []
     sessions = await store.list_sessions()
     for info in sessions:
         try:
             await store.load(info.id)
+            check = await store.check_source(info.id)
         except CorruptStore as exc:
             failures.append(VerifyFailure(info.id, exc.seq, str(exc)))
+            continue
         except StoreError as exc:
             failures.append(VerifyFailure(info.id, None, f"cannot be read: {exc}"))
+            continue
+        problem = None if check is None else check.problem()
+        if check is not None and problem is not None:
+            seq = check.stored if check.stored < check.events else None
+            failures.append(VerifyFailure(info.id, seq, problem))
     return len(sessions), failures
 
 

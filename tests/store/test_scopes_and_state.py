@@ -196,35 +196,36 @@ async def test_sqlite_tombstone_survives_reopen(tmp_path: Path) -> None:
     assert rows == [("1",)]  # kept until a purge
 
 
-def _v1_database(path: Path) -> None:
-    """A database as a schema-version-1 build wrote it (before scopes, state and
-    tombstones), holding one session."""
+def _old_database(path: Path, version: int) -> None:
+    """A database as the build of schema version ``version`` wrote it (its schema.sql is
+    today's up to the note of what the next version added), holding one session."""
     conn = sqlite3.connect(path, isolation_level=None)
-    v1_ddl = schema_sql().split("-- Schema version 2 added")[0]  # store.sql of version 1
-    conn.executescript(v1_ddl)
-    assert {r[0] for r in conn.execute("SELECT name FROM sqlite_schema")} == {
-        "sessions", "events"}
+    conn.executescript(schema_sql().split(f"-- Schema version {version + 1} added")[0])
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+    assert tables == ({"sessions", "events"} if version == 1 else
+                      {"sessions", "events", "scopes", "state", "tombstones"})
     conn.execute("PRAGMA application_id = 0x53664C67")
-    conn.execute("PRAGMA user_version = 1")
+    conn.execute(f"PRAGMA user_version = {version}")
     conn.execute("INSERT INTO sessions VALUES ('old', '{\"version\":0,\"id\":\"old\","
                  "\"createdAt\":5}', 5, 1, 0, NULL)")
     conn.close()
 
 
+@pytest.mark.parametrize("version", [1, 2])
 @pytest.mark.parametrize("read_only", [True, False])
-async def test_a_v1_database_is_refused_and_left_untouched(tmp_path: Path,
-                                                           read_only: bool) -> None:
+async def test_an_older_database_is_refused_and_left_untouched(
+        tmp_path: Path, read_only: bool, version: int) -> None:
     """SPEC 12: bump-and-reject, no migration, whichever way it is opened."""
-    path = tmp_path / "v1.db"
-    _v1_database(path)
+    assert version < SCHEMA_VERSION
+    path = tmp_path / "old.db"
+    _old_database(path, version)
     before = path.read_bytes()
     with pytest.raises(VersionRefused, match="user_version"):
         await SqliteEventStore.open(path, read_only=read_only)
     assert path.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["v1.db"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.db"]
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone() == (1,)
-    assert SCHEMA_VERSION == 2
+    assert conn.execute("PRAGMA user_version").fetchone() == (version,)
 
 
 async def test_append_with_state_all_or_nothing(store: ScopedEventStore) -> None:

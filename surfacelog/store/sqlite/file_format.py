@@ -22,7 +22,7 @@ from typing import Final, Literal
 
 from surfacelog.store.errors import FileBusy, VersionRefused
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """Bump with every change of ``schema.sql``."""
 
 APPLICATION_ID: Final = 0x53664C67

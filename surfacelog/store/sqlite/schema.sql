@@ -62,3 +62,17 @@ CREATE TABLE tombstones (
     session_id TEXT    NOT NULL PRIMARY KEY,
     deleted_at INTEGER NOT NULL
 ) STRICT, WITHOUT ROWID;
+
+-- Schema version 3 added the table below.
+
+-- Where an imported session came from (store.provenance): the source as given, the
+-- number of events it held and the RowDigest of the rows stored for them, written in
+-- the import's own transaction, so that verify tells a session holding its whole
+-- source from one cut short.
+CREATE TABLE imports (
+    session_id  TEXT    NOT NULL PRIMARY KEY,
+    source      TEXT    NOT NULL,
+    events      INTEGER NOT NULL CHECK (events >= 0),
+    digest      TEXT    NOT NULL,
+    imported_at INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;

@@ -202,6 +202,7 @@ def purge_session(session_id: str, conn: sqlite3.Connection) -> None:
         conn.execute("DELETE FROM state WHERE scope = 'session' AND session_id = ?",
                      (session_id,))
         conn.execute("DELETE FROM scopes WHERE session_id = ?", (session_id,))
+        conn.execute("DELETE FROM imports WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
         conn.execute("DELETE FROM tombstones WHERE session_id = ?", (session_id,))
 

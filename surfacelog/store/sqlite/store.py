@@ -27,6 +27,7 @@ from surfacelog.store.errors import (
     SessionNotFound,
     StoreError,
 )
+from surfacelog.store.provenance import RowDigest, SourceCheck
 from surfacelog.store.rows import NO_ROWS, EncodedBatch, encode_batch, encode_records
 from surfacelog.store.scoped import (
     ScopedSession,
@@ -49,6 +50,7 @@ from surfacelog.store.sqlite.group_commit import (
     GroupWriter,
     NewSession,
 )
+from surfacelog.store.sqlite.imports import check_import, record_import
 from surfacelog.store.sqlite.statements import SELECT_EVENTS, insert_rows
 from surfacelog.store.stored import StoredSession
 
@@ -104,13 +106,14 @@ def _read_session(session_id: str, since_seq: int, limit: int, bump: bool,
 
 
 def _create_streamed(header: SessionHeader, header_json: str,
-                     batches: Iterable[Sequence[Event | PackedRun]],
+                     batches: Iterable[Sequence[Event | PackedRun]], source: str | None,
                      conn: sqlite3.Connection) -> int:
     """``SqliteEventStore.create_streamed`` on the connection thread: one ``BEGIN
     IMMEDIATE`` transaction holding every batch's rows, then the ``sessions`` row,
     committed once; rolled back on any error, so nothing of the session is stored
     unless all of it is. The batches are consumed to the end even when the id is
-    taken, so that their own errors win over ``SessionExists``."""
+    taken, so that their own errors win over ``SessionExists``. With ``source``, the
+    import is recorded in the same transaction (``imports.record_import``)."""
     sid = header.id
     if conn.in_transaction:  # a ROLLBACK of an earlier failed group failed too
         conn.execute("ROLLBACK")
@@ -118,6 +121,7 @@ def _create_streamed(header: SessionHeader, header_json: str,
     def work() -> int:
         exists = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone()
         stored, last_time = 0, None
+        digest = RowDigest()
         for batch in batches:
             if exists is not None or not batch:
                 continue
@@ -128,12 +132,16 @@ def _create_streamed(header: SessionHeader, header_json: str,
                                       f"{encoded.start}, expected {stored}; nothing "
                                       f"written")
                 insert_rows(conn, encoded.rows)
+                if source is not None:
+                    digest.add(row[1:] for row in encoded.rows)
             stored += len(encoded.rows)
             last_time = encoded.last_time
         if exists is not None:
             raise SessionExists(f"session {sid!r} is already stored")
         conn.execute(CREATE_SESSION, (sid, header_json, header.created_at, stored,
                                       last_time))
+        if source is not None:
+            record_import(conn, sid, source, digest)
         return stored
 
     return scoped_sql.in_transaction(conn, "BEGIN IMMEDIATE", work)
@@ -289,7 +297,8 @@ class SqliteEventStore(ScopedEventStore):
         return 1
 
     async def create_streamed(self, header: SessionHeader,
-                              batches: Iterable[Sequence[Event | PackedRun]]) -> int:
+                              batches: Iterable[Sequence[Event | PackedRun]], *,
+                              source: str | None = None) -> int:
         """``EventStore.create_streamed`` in one transaction kept open across the
         batches (each encoded and inserted as it comes, so memory holds one batch), run
         as one unit of work on the connection thread: ``batches`` is iterated there,
@@ -302,8 +311,16 @@ class SqliteEventStore(ScopedEventStore):
         await self._writer.drain()
         checked = _checked_at_end(header, batches)
         header_json = JSON_ENCODER.encode(header_to_json(header)).decode()
-        return await self._run(partial(_create_streamed, header, header_json, checked),
+        return await self._run(partial(_create_streamed, header, header_json, checked,
+                                       source),
                                f"import session {header.id!r}")
+
+    async def check_source(self, session_id: str) -> SourceCheck | None:
+        """``EventStore.check_source``: the import record and the session's first rows,
+        read in one transaction on the connection thread. Raises ``StoreError``."""
+        self._check_open()
+        return await self._run(partial(check_import, session_id=session_id),
+                               f"check session {session_id!r} against its source")
 
     async def read_stored_or_create(self, header: SessionHeader) -> StoredSession | int:
         """``EventStore.read_stored_or_create`` as one item of the group writer: in the
