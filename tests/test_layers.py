@@ -212,6 +212,25 @@ def test_fold_imports_the_core_but_no_store_and_no_ray(tmp_path: Path) -> None:
         "msgspec", "surfacelog.session"]
 
 
+def test_a_command_loads_its_own_group_of_commands_alone(tmp_path: Path) -> None:
+    """``surfacelog fold`` builds the app with ``logs`` alone: the modules of ``import``,
+    ``serve`` and ``run`` (and ``run``'s configuration) stay unloaded; ``--help`` loads
+    every group, in the order it lists them."""
+    from surfacelog.cli.application import GROUPS
+
+    log = tmp_path / "small.jsonl"
+    log.write_text('{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}\n')
+    groups = (*(f"surfacelog.cli.commands.{g}" for g in GROUPS), "surfacelog.cli.runmodel")
+    assert _loaded_by(["fold", str(log)], groups) == ["surfacelog.cli.commands.logs"]
+    assert _loaded_by(["verify", "--help"], groups) == ["surfacelog.cli.commands.database"]
+    assert _loaded_by(["--help"], groups) == sorted(groups)
+    listed = subprocess.run([sys.executable, "-m", "surfacelog.cli", "--help"],
+                            capture_output=True, text=True, check=True).stdout
+    commands = [line.split()[0] for line in listed.split("Commands:")[1].splitlines()
+                if line.startswith("  ")]
+    assert commands == [name for names in GROUPS.values() for name in names]
+
+
 def test_python_m_surfacelog_cli_runs_the_app() -> None:
     """``run`` verifies through ``python -m surfacelog.cli digest``."""
     out = subprocess.run([sys.executable, "-m", "surfacelog.cli", "--help"],

@@ -1,27 +1,58 @@
 """The ``surfacelog`` typer app and its console-script entry point.
 
 Each command group adds its commands here, in the order ``--help`` lists them; ``main``
-runs the app with the one-line Ctrl-C handling every command but ``run`` shares.
+runs the app with the one-line Ctrl-C handling every command but ``run`` shares. A
+command line naming a command builds the app with that command's group alone
+(``GROUPS``), so that ``surfacelog fold`` does not import the modules of ``run`` or
+``import``.
 """
 
 from __future__ import annotations
 
+import importlib
 import signal
 import sys
-from typing import Any
+from typing import Any, Final
 
 import typer
 
-from surfacelog.cli.commands import database, logs, run, serve
+GROUPS: Final = {
+    "logs": ("fold", "repair"),
+    "database": ("export", "import", "verify", "restore", "digest", "inspect", "fork"),
+    "serve": ("serve",),
+    "run": ("run",),
+}
+"""Each module of ``surfacelog.cli.commands`` and the commands it registers, in the
+order ``--help`` lists them."""
 
-# Plain help and usage errors (click's), not typer's rich panels: rendering those
-# imports rich and costs ``surfacelog --help`` more than everything else it loads.
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                  help="Event-sourced agent session logs with a replaceable surface.")
-logs.register(app)
-database.register(app)
-serve.register(app)
-run.register(app)
+
+def build_app(command: str | None = None) -> typer.Typer:
+    """The app with every command group registered, or with only the group of
+    ``command`` when it names one (a command line is parsed the same either way)."""
+    # Plain help and usage errors (click's), not typer's rich panels: rendering those
+    # imports rich and costs ``surfacelog --help`` more than everything else it loads.
+    built = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                        help="Event-sourced agent session logs with a replaceable surface.")
+    # With one command registered typer would run it as the app itself; a callback
+    # keeps the app a group whose commands are named on the command line.
+    built.callback()(_no_options)
+    wanted = [group for group, names in GROUPS.items() if command in names]
+    for group in wanted or GROUPS:
+        importlib.import_module(f"surfacelog.cli.commands.{group}").register(built)
+    return built
+
+
+def _no_options() -> None:
+    """Event-sourced agent session logs with a replaceable surface."""
+
+
+def __getattr__(name: str) -> Any:
+    # ``app``, the whole command line (tests and ``python -m surfacelog.cli`` use it),
+    # is built on first use: ``main`` builds only what its command line needs.
+    if name == "app":
+        built = globals()["app"] = build_app()
+        return built
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 _interrupted = False
 
@@ -44,7 +75,7 @@ def main() -> None:
     watched = _WatchedOutput(sys.stdout)
     sys.stdout = watched
     try:
-        app()
+        build_app(sys.argv[1] if len(sys.argv) > 1 else None)()
     except KeyboardInterrupt:
         _interrupted_exit()
     except SystemExit as exc:

@@ -35,7 +35,7 @@ def serve(db: Annotated[str | None, typer.Option(
           writer: Annotated[str, typer.Option(
               "--writer", help="auto (owner when packed), owner or journal")] = "auto",
           ) -> None:
-    """Serve the sessions over HTTP (the gateway: a Ray Serve app) until Ctrl-C.
+    """Serve the sessions over HTTP (the gateway: uvicorn replicas in Ray actors) until Ctrl-C.
 
     Exit 2 on a usage error, a bad token or shard configuration, 1 when it cannot start.
     """
