@@ -133,9 +133,12 @@ def noop_call(n: int) -> tuple[float, float]:
     CPU milliseconds per call summed over every process of the Ray it starts."""
     import ray
 
+    from surfacelog.actors.client import init_ray
     from surfacelog.cli.loadrun import cpu_by_process, cpu_spent
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+    # A Ray of its own, as each hosted run starts one: never a cluster another process
+    # left as this machine's "current" one (ray.init() would join that).
+    init_ray(None, num_cpus=2, include_dashboard=False, log_to_driver=False,
              configure_logging=False)
     try:
         @ray.remote(num_cpus=0)
