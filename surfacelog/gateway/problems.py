@@ -24,7 +24,7 @@ from surfacelog.gateway.errors import (
     OutcomeUnknown,
     Unauthorized,
 )
-from surfacelog.schema.errors import LogError, SurfacelogError
+from surfacelog.schema.errors import DuplicateKeyError, LogError, SurfacelogError
 from surfacelog.session.errors import ContextError, ForkError, SplitsToolCall, StaleRequest
 from surfacelog.session.fork import (
     INVALID_BOUNDARY,
@@ -50,6 +50,7 @@ _BY_CLASS: Final[tuple[tuple[type[BaseException], int, str, str], ...]] = (
     (Forbidden, 403, "forbidden", "Forbidden"),
     (InvalidSessionId, 400, "invalid-session-id", "Invalid session id"),
     (BadRequest, 400, "bad-request", "Bad request"),
+    (DuplicateKeyError, 400, "duplicate-key", "Duplicate JSON key"),  # before LogError
     (BodyTooLarge, 413, "body-too-large", "Body too large"),
     (GatewayBusy, 503, "busy", "Gateway busy"),
     (SessionNotFound, 404, "unknown-session", "Unknown session"),

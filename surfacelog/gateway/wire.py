@@ -15,8 +15,10 @@ import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
 from surfacelog.gateway.errors import BadRequest
+from surfacelog.schema.codec import JSON_ENCODER
 from surfacelog.schema.events import Event, surface_op_from_json
 from surfacelog.schema.header import SessionHeader
+from surfacelog.schema.jsonkeys import check_duplicate_keys
 from surfacelog.schema.limits import nesting_error
 from surfacelog.session import AppendSpec, SurfaceSnapshot
 from surfacelog.session.compaction import CompactionRequest, PruneRequest
@@ -26,7 +28,8 @@ from surfacelog.store.base import SessionInfo
 MAX_BATCH: Final = 10_000
 
 
-class EventSpec(Struct, rename="camel", forbid_unknown_fields=True):
+class EventSpec(Struct, rename="camel", forbid_unknown_fields=True,
+                omit_defaults=True):
     """One event to append: its type, data and markers; the session assigns seq and
     time."""
 
@@ -44,13 +47,15 @@ class EventSpec(Struct, rename="camel", forbid_unknown_fields=True):
                           tuple(seqs) if isinstance(seqs, list) else seqs, self.ignorable)
 
 
-class AppendOne(EventSpec, rename="camel", forbid_unknown_fields=True):
+class AppendOne(EventSpec, rename="camel", forbid_unknown_fields=True,
+                omit_defaults=True):
     """``POST /v1/sessions/{id}/events``: one event, and the seq it must get."""
 
     expected_seq: int | None = None
 
 
-class AppendBatch(Struct, rename="camel", forbid_unknown_fields=True):
+class AppendBatch(Struct, rename="camel", forbid_unknown_fields=True,
+                  omit_defaults=True):
     """``POST /v1/sessions/{id}/events:batch``: events appended all or nothing, the
     first at ``expectedSeq`` when given (a retry of the same batch is answered with the
     events it logged, nothing appended twice)."""
@@ -59,7 +64,8 @@ class AppendBatch(Struct, rename="camel", forbid_unknown_fields=True):
     expected_seq: int | None = None
 
 
-class ContextBody(Struct, rename="camel", forbid_unknown_fields=True):
+class ContextBody(Struct, rename="camel", forbid_unknown_fields=True,
+                  omit_defaults=True):
     """``POST /v1/sessions/{id}/context``: the workspace context the model sees, as a
     text (wrapped as ``plugin``'s context message) or a context message. It replaces
     the plugin's previous context node; sending the same context again appends
@@ -80,13 +86,15 @@ class ContextBody(Struct, rename="camel", forbid_unknown_fields=True):
         return context_message(self.text, plugin=self.plugin)
 
 
-class CreateSession(Struct, rename="camel", forbid_unknown_fields=True):
+class CreateSession(Struct, rename="camel", forbid_unknown_fields=True,
+                    omit_defaults=True):
     """``POST /v1/sessions``: the new session's id (a random one when absent)."""
 
     id: str | None = None
 
 
-class ForkBody(Struct, rename="camel", forbid_unknown_fields=True):
+class ForkBody(Struct, rename="camel", forbid_unknown_fields=True,
+               omit_defaults=True):
     """``POST /v1/sessions/{id}/fork``: the child seeded with ``log[0..boundary]``
     (the whole log when absent), under ``childId`` (derived from the parent's when
     absent)."""
@@ -95,7 +103,8 @@ class ForkBody(Struct, rename="camel", forbid_unknown_fields=True):
     child_id: str | None = None
 
 
-class CompactBody(Struct, rename="camel", forbid_unknown_fields=True):
+class CompactBody(Struct, rename="camel", forbid_unknown_fields=True,
+                  omit_defaults=True):
     """``POST /v1/sessions/{id}/compact``: replace ``shadowed`` (contiguous current
     nodes, as read at ``generation``) with a checkpoint of ``summary``."""
 
@@ -115,7 +124,8 @@ class CompactBody(Struct, rename="camel", forbid_unknown_fields=True):
                                  self.provider, self.model, self.error)
 
 
-class PruneBody(Struct, rename="camel", forbid_unknown_fields=True):
+class PruneBody(Struct, rename="camel", forbid_unknown_fields=True,
+                omit_defaults=True):
     """``POST /v1/sessions/{id}/prune``: shorten the tool result at ``target`` (as read
     at ``generation``) to ``content``."""
 
@@ -204,17 +214,25 @@ REPLIES: Final = (Events, Surface, Messages, SessionPage, Created, Problem, Sess
 
 
 def decode(body: bytes, kind: type[Any]) -> Any:
-    """``body`` read as ``kind``. Raises ``BadRequest`` naming what is wrong;
-    ``NestingError`` (rule ``nesting``) for JSON nested too deep for msgspec to read at
-    all (far past ``MAX_NESTING``, which the session checks on what it decodes)."""
+    """``body`` read as ``kind`` (one of ``REQUESTS``). Raises ``BadRequest`` naming
+    what is wrong; ``DuplicateKeyError`` (rule ``duplicate-key``) naming the key and the
+    path of an object that has a key twice, at any depth; ``NestingError`` (rule
+    ``nesting``) for JSON nested too deep for msgspec to read at all (far past
+    ``MAX_NESTING``, which the session checks on what it decodes)."""
     try:
-        return msgspec.json.decode(body, type=kind)
+        value = msgspec.json.decode(body, type=kind)
+        # The request structs omit their defaults when encoded, so encoding the value
+        # writes every member the body has but a repeated key's other values, and no
+        # more: what ``check_duplicate_keys`` compares the body with.
+        check_duplicate_keys(body, JSON_ENCODER.encode(value), f"the {kind.__name__} body "
+                             "has a ")
     except msgspec.ValidationError as exc:
         raise BadRequest(f"invalid {kind.__name__} body: {exc}") from None
     except msgspec.DecodeError as exc:
         raise BadRequest(f"the body is not JSON: {exc}") from None
     except RecursionError as exc:
         raise nesting_error(None, None, prefix=f"the {kind.__name__} body's ") from exc
+    return value
 
 
 def batch_specs(batch: AppendBatch) -> list[AppendSpec]:

@@ -45,6 +45,7 @@ from surfacelog.schema.errors import (
 from surfacelog.schema.events import Event, ReplaceOp, surface_op_from_json
 from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.header import SessionHeader, header_from_json, header_to_json
+from surfacelog.schema.jsonkeys import check_duplicate_keys, may_repeat_keys
 from surfacelog.schema.limits import (
     MAX_LINE_BYTES,
     MAX_NESTING,
@@ -216,6 +217,8 @@ def _line_events(n: int, line: bytes, unit: str, notes: ReadNotes) -> list[Event
         if line.count(b"[") + line.count(b"{") > MAX_NESTING and \
                 nesting_depth(event.data) > MAX_NESTING:
             raise nesting_error(event.type, event.seq, prefix=f"{unit} {n}: ")
+        check_duplicate_keys(line, JSON_ENCODER.encode(event), f"{unit} {n}: ",
+                             event.type, event.seq)
     except RecursionError as exc:  # msgspec's own limit, far past ours
         raise nesting_error(None, None, prefix=f"{unit} {n}: ") from exc
     return [event]
@@ -260,6 +263,10 @@ def _bulk_events(lines: list[bytes]) -> list[Event] | None:
     Joining alone would accept an event split over two lines; the array's elements are
     therefore also read as raw JSON and each must be exactly as long as its line. With
     nothing but one comma between lines, that means every element is exactly one line.
+
+    msgspec keeps the last of a key named twice: a block in which a key may be repeated
+    (``jsonkeys.may_repeat_keys``, over the events encoded again in one call) is left to
+    the per-line path, which refuses the line that repeats one.
     """
     joined = b",".join(lines)
     # No count of ``},{`` to refuse a bad block early: the length check below decides
@@ -272,7 +279,10 @@ def _bulk_events(lines: list[bytes]) -> list[Event] | None:
         raws = _RAWS_DECODER.decode(doc)
         if len(raws) != len(lines) or list(map(len, raws)) != list(map(len, lines)):
             return None
-        return _EVENTS_DECODER.decode(doc)
+        events: list[Event] = _EVENTS_DECODER.decode(doc)
+        if may_repeat_keys(doc, JSON_ENCODER.encode(events)):
+            return None
+        return events
     except (msgspec.DecodeError, RecursionError):
         return None
 
@@ -452,7 +462,11 @@ def _first_line(n: int, line: bytes, unit: str, notes: ReadNotes,
         events.extend(_line_events(n, line, unit, notes))
         return None
     try:
-        return header_from_json(JSON_DECODER.decode(line), dsh_line=True)
+        value = JSON_DECODER.decode(line)
+        check_duplicate_keys(line, JSON_ENCODER.encode(value))
+        return header_from_json(value, dsh_line=True)
+    except RecursionError as exc:  # past Python's own limit, far past ours
+        raise nesting_error(None, None, prefix=f"{unit} {n}: ") from exc
     except DecodeError as exc:
         raise exc.with_prefix(f"{unit} {n}: ") from exc
 

@@ -30,6 +30,7 @@ from msgspec import UNSET, Struct, UnsetType
 from surfacelog.schema.errors import DecodeError, LineTooLong
 from surfacelog.schema.events import MAX_SAFE_INT, Event
 from surfacelog.schema.header import SessionHeader, header_to_json
+from surfacelog.schema.jsonkeys import check_duplicate_keys
 
 ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
 """The first four bytes of a zstd frame (and so of a DSH ``session.jsonl.zstd``)."""
@@ -212,6 +213,9 @@ def decode_packed_row(line: bytes, where: str) -> PackedRun:
         rtype = head.get("type") if head else None
         seq0 = head.get("seq0") if head else None
         raise _row_error(where, rtype, seq0, str(exc)) from exc
+    # The row struct holds every member the line has but a repeated key's first value.
+    check_duplicate_keys(line, _ENCODER.encode(row), f"{where}: ", row.__struct_config__.tag,
+                         row.seq0)
     run = row.data
     members: list[str] = run.args if isinstance(run, _ToolRun) else run.texts
     rtype = type(row).__struct_config__.tag

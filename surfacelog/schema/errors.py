@@ -95,6 +95,12 @@ class NestingError(DecodeError):
     see ``surfacelog.schema.limits``)."""
 
 
+class DuplicateKeyError(DecodeError):
+    """A JSON object names the same key more than once (rule ``duplicate-key``; see
+    ``surfacelog.schema.jsonkeys``): the message names the key and the path of the
+    object holding it."""
+
+
 class JsonValueError(LogError):
     """A value given through the Python API that JSON cannot carry exactly: NaN or an
     infinity, a tuple or set, bytes, a non-string object key, any other Python

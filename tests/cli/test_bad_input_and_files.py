@@ -260,6 +260,36 @@ def test_deep_json_is_one_line_in_fold_repair_import(tmp_path: Path, runner: Cli
     assert stored.exit_code == 1 and "nesting limit is 128" in stored.output
 
 
+@pytest.mark.parametrize("line", [1, 3])
+def test_a_repeated_key_is_one_line_in_fold_repair_import(tmp_path: Path, runner: CliRunner,
+                                                          line: int) -> None:
+    """Issue 27 item 8: a key named twice in an object of any line is refused by every
+    command that reads JSONL, in one line naming the line, the key and the object's
+    path, and nothing is imported."""
+    notes = [b'{"type":"x/n","seq":%d,"time":1,"data":{"k":1},"ignorable":true}' % k
+             for k in range(4)]
+    notes[line - 1] = (b'{"type":"x/n","seq":%d,"time":1,"data":{"m":[{"a":1,"a":2}]},'
+                       b'"ignorable":true}' % (line - 1))
+    path = tmp_path / "twice.jsonl"
+    path.write_bytes(b"\n".join(notes) + b"\n")
+    said = f'line {line}: duplicate key "a" in the object at $.data.m[0]'
+    folded = runner.invoke(app, ["fold", "--json", str(path)])
+    no_traceback(folded)
+    result = msgspec.json.decode(folded.stdout)
+    assert (result["ok"], result["rule"]) == (False, "duplicate-key")
+    assert said in result["error"]
+    repaired = runner.invoke(app, ["repair", str(path)])
+    no_traceback(repaired)
+    assert repaired.exit_code == 1 and said in repaired.output
+    db = tmp_path / "s.db"
+    stored = runner.invoke(app, ["import", str(db), str(path)])
+    no_traceback(stored)
+    assert stored.exit_code == 1 and said in stored.output
+    assert len(stored.output.strip().splitlines()) == 1, stored.output
+    listed = runner.invoke(app, ["inspect", str(db)])
+    assert "twice" not in listed.output
+
+
 def test_read_side_commands_survive_deep_stored_data(tmp_path: Path,
                                                      runner: CliRunner) -> None:
     """Data nested 975 deep, stored by an older build: that session is reported as

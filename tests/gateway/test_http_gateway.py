@@ -356,6 +356,46 @@ async def test_json_too_deep_for_any_reader_is_a_nesting_problem(
     assert (await http.get(f"{path}/surface")).json()["length"] == 0
 
 
+async def test_a_key_named_twice_is_refused_on_every_route_with_a_body(
+        http: httpx.AsyncClient) -> None:
+    """Issue 27 item 8: a body whose object names a key twice (at any depth) is a 400
+    ``duplicate-key`` problem naming the key and the path of the object, on every route
+    that reads a JSON body; nothing is created or appended."""
+    await _create(http, "twice-1")
+    base = "/v1/sessions/twice-1"
+    bodies = [
+        ("/v1/sessions", b'{"id":"twice-2","id":"twice-3"}', "id", "$"),
+        (f"{base}/events", b'{"type":"x-test/note","ignorable":true,'
+                           b'"data":{"a":1,"a":2}}', "a", "$.data"),
+        (f"{base}/events", b'{"type":"x-test/note","ignorable":true,"data":{},'
+                           b'"expectedSeq":0,"expectedSeq":1}', "expectedSeq", "$"),
+        (f"{base}/events:batch", b'{"events":[{"type":"x-test/note","ignorable":true,'
+                                 b'"data":{"m":[{"b":{"c":1,"c":1}}]}}]}', "c",
+         "$.events[0].data.m[0].b"),
+        (f"{base}/context", b'{"message":{"id":"c","role":"user","role":"user",'
+                            b'"source":{"kind":"plugin","plugin":"w"},"content":[]}}',
+         "role", "$.message"),
+        (f"{base}/compact", b'{"compactionId":"c","generation":0,"shadowed":[0],'
+                            b'"summary":[{"type":"text","text":"s","text":"t"}],'
+                            b'"shadowedTokenCount":1,"checkpointId":"k"}', "text",
+         "$.summary[0]"),
+        (f"{base}/prune", b'{"generation":0,"target":0,"content":[],"target":1,'
+                          b'"shadowedTokenCount":1}', "target", "$"),
+        (f"{base}/fork", b'{"childId":"twice-4","childId":"twice-5"}', "childId", "$"),
+    ]
+    for url, body, key, path in bodies:
+        r = await http.post(url, content=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == 400, (url, r.text)
+        problem = r.json()
+        assert problem["type"].endswith(":duplicate-key"), (url, problem)
+        assert problem["rule"] == "duplicate-key"
+        assert f'duplicate key "{key}" in the object at {path}' in problem["detail"], \
+            (url, problem)
+    assert (await http.get(f"{base}/surface")).json()["length"] == 0
+    for session_id in ("twice-2", "twice-3", "twice-4", "twice-5"):
+        assert (await http.get(f"/v1/sessions/{session_id}/header")).status_code == 404
+
+
 async def test_a_last_event_id_that_is_not_ascii_digits_is_refused(
         http: httpx.AsyncClient) -> None:
     await _create(http, "lastid-1")
