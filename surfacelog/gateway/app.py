@@ -40,7 +40,8 @@ from surfacelog.gateway.problems import (
     problem_for,
 )
 from surfacelog.schema.codec import JSON_ENCODER
-from surfacelog.schema.errors import SurfacelogError
+from surfacelog.schema.errors import SeqOutOfRange, SurfacelogError
+from surfacelog.schema.events import MAX_SAFE_INT
 from surfacelog.schema.header import header_to_json
 from surfacelog.store.errors import SessionExists, SessionNotFound
 
@@ -341,13 +342,18 @@ def build_app(client: Client, auth: AuthConfig, *,
              summary="The derived messages, now or as of a seq", response_class=Response,
              responses=_ok("Messages"))
     async def messages(session_id: SessionId,
-                       as_of: Annotated[int | None, Query(alias="asOf", ge=0)] = None,
+                       as_of: Annotated[int | None, Query(
+                           alias="asOf", ge=0, le=MAX_SAFE_INT,
+                           description="a seq of the log (below its length, else 422 "
+                                       "seq-out-of-range): the messages as of that event")
+                       ] = None,
                        ) -> Response:
         handle = await sessions.existing(session_id)
         if as_of is not None:
             length = (await handle.surface()).length
-            if as_of >= length:
-                raise BadRequest(f"asOf {as_of} is not a seq of this log of {length} events")
+            if as_of >= length:  # the log's state, not the request: not a 400
+                raise SeqOutOfRange(f"asOf {as_of} is not a seq of this log of {length} "
+                                    "events")
         return _json(wire.Messages(await handle.derive_messages(as_of)))
 
     @app.get("/v1/sessions/{session_id}/header", tags=["reads"],
@@ -493,3 +499,14 @@ def _document_limits(doc: dict[str, Any]) -> None:
         schemas[struct]["properties"][field]["anyOf"] = [session_id, {"type": "null"}]
     schemas["AppendBatch"]["properties"]["events"].update(minItems=1,
                                                           maxItems=wire.MAX_BATCH)
+    # ``shapes.check_envelope``: a type is a non-empty string, ``ignorable`` the literal
+    # true. (Which types exist and what their data holds are the session's rules: 422.)
+    for struct in ("EventSpec", "AppendOne"):
+        properties = schemas[struct]["properties"]
+        properties["type"]["minLength"] = 1
+        properties["ignorable"] = {"const": True}
+    # ``ContextBody.payload``: exactly one of text and message (a null is an absent one).
+    schemas["ContextBody"]["oneOf"] = [
+        {"required": [given], "properties": {given: {"not": {"type": "null"}},
+                                             other: {"type": "null"}}}
+        for given, other in (("text", "message"), ("message", "text"))]

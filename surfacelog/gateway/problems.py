@@ -24,7 +24,12 @@ from surfacelog.gateway.errors import (
     OutcomeUnknown,
     Unauthorized,
 )
-from surfacelog.schema.errors import DuplicateKeyError, LogError, SurfacelogError
+from surfacelog.schema.errors import (
+    DuplicateKeyError,
+    LogError,
+    SeqOutOfRange,
+    SurfacelogError,
+)
 from surfacelog.session.errors import ContextError, ForkError, SplitsToolCall, StaleRequest
 from surfacelog.session.fork import (
     INVALID_BOUNDARY,
@@ -58,6 +63,7 @@ _BY_CLASS: Final[tuple[tuple[type[BaseException], int, str, str], ...]] = (
     (StaleRequest, 409, "conflict", "Conflict"),  # Conflict is one
     (SplitsToolCall, 422, "splits-tool-call", "Replace would split a tool call"),
     (ContextError, 422, "context", "Invalid context"),
+    (SeqOutOfRange, 422, "seq-out-of-range", "Seq out of range"),
     (LogError, 422, "surface", "Event refused"),  # SurfaceError, DecodeError
     (BadEvent, 422, "bad-event", "Event refused by the store"),
     (SessionUnavailable, 503, "unavailable", "Session unavailable"),  # ShardUnavailable

@@ -185,6 +185,48 @@ async def test_create_without_a_body_is_documented_as_optional(
     assert r.status_code == 201 and r.json()["length"] == 0
 
 
+def _component(doc: dict[str, Any], name: str) -> Any:
+    """A validator of the document's schema ``name`` (references resolved in it)."""
+    import jsonschema
+
+    return jsonschema.Draft202012Validator({"$ref": f"#/components/schemas/{name}",
+                                            "components": doc["components"]})
+
+
+async def test_the_document_and_the_server_agree_on_envelopes_and_context_bodies(
+        http: httpx.AsyncClient) -> None:
+    """What the document says of an event's envelope (a non-empty type, ``ignorable``
+    the literal true) and of a context body (exactly one of text and message) is what
+    the server does: a body the document allows is not refused for those, one it
+    refuses is refused (a 4xx problem)."""
+    doc = document()
+    await _create(http, "agree-1")
+    base = "/v1/sessions/agree-1"
+    context = {"id": "c-1", "role": "user", "source": {"kind": "plugin", "plugin": "w"},
+               "content": [{"type": "text", "text": "ctx"}]}
+    cases: list[tuple[str, str, dict[str, Any]]] = [
+        ("AppendOne", "/events", {"type": "x-test/n", "ignorable": True}),
+        ("AppendOne", "/events", {"type": "turn/start", "data": {"turn": 1}}),
+        ("AppendOne", "/events", {"type": "", "ignorable": True}),
+        ("AppendOne", "/events", {"type": "x-test/n", "ignorable": False}),
+        ("AppendOne", "/events", {"type": "x-test/n", "ignorable": None}),
+        ("AppendBatch", "/events:batch", {"events": [{"type": "", "ignorable": True}]}),
+        ("AppendBatch", "/events:batch", {"events": [{"type": "x-test/n",
+                                                       "ignorable": True}]}),
+        ("ContextBody", "/context", {"text": "workspace"}),
+        ("ContextBody", "/context", {"message": context, "text": None}),
+        ("ContextBody", "/context", {"text": "x", "message": context}),
+        ("ContextBody", "/context", {}),
+        ("ContextBody", "/context", {"text": None, "message": None}),
+    ]
+    for name, path, body in cases:
+        documented = _component(doc, name).is_valid(body)
+        r = await http.post(base + path, json=body)
+        assert (r.status_code < 300) == documented, (name, body, r.status_code, r.text)
+        if not documented:
+            assert r.headers["content-type"].startswith("application/problem+json")
+
+
 def _loopback(ip: str) -> bool:
     address = ipaddress.ip_address(ip)
     mapped = getattr(address, "ipv4_mapped", None)
@@ -455,7 +497,11 @@ async def test_reads_compaction_prune_and_fork(http: httpx.AsyncClient) -> None:
     assert messages == local.derive_messages().to_list()
     as_of = (await http.get(f"{base}/messages", params={"asOf": 1})).json()["messages"]
     assert as_of == local.derive_messages(1).to_list() and len(as_of) == 1
-    assert (await http.get(f"{base}/messages", params={"asOf": 999})).status_code == 400
+    # Past the log's end: the session's state refuses it (422), not the document (400).
+    r = await http.get(f"{base}/messages", params={"asOf": 999})
+    assert r.status_code == 422 and r.json()["type"].endswith(":seq-out-of-range"), r.text
+    r = await http.get(f"{base}/messages", params={"asOf": 2**53})  # past any seq: 400
+    assert r.status_code == 400, r.text
     header = (await http.get(f"{base}/header")).json()
     assert header["id"] == "conv-1"
 
