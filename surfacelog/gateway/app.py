@@ -388,7 +388,7 @@ def build_app(client: Client, auth: AuthConfig, *,
     @app.post("/v1/sessions/{session_id}/fork", tags=["sessions"],
               summary="Fork a child seeded with a prefix of the log",
               response_class=Response, responses=_ok("Created", 201, description="Created"),
-              openapi_extra=_json_body("ForkBody"))
+              openapi_extra=_json_body("ForkBody", required=False))
     async def fork(session_id: SessionId, grant: Granted, request: Request) -> Response:
         body: wire.ForkBody = wire.decode(await read_body(request, b"{}"), wire.ForkBody)
         child_id = allowed(grant, body.child_id if body.child_id is not None

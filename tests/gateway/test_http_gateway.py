@@ -185,6 +185,19 @@ async def test_create_without_a_body_is_documented_as_optional(
     assert r.status_code == 201 and r.json()["length"] == 0
 
 
+async def test_fork_without_a_body_is_documented_as_optional(
+        http: httpx.AsyncClient) -> None:
+    """A fork with no body forks the whole log under a derived id: the document says
+    the body is optional (schemathesis's negative_data_rejection found it required)."""
+    operation = document()["paths"]["/v1/sessions/{session_id}/fork"]["post"]
+    assert operation["requestBody"]["required"] is False
+    await _create(http, "fork-nobody")
+    assert (await http.post("/v1/sessions/fork-nobody/events", json=_note(0, 0))
+            ).status_code == 200
+    r = await http.post("/v1/sessions/fork-nobody/fork")
+    assert r.status_code == 201 and r.json()["id"].startswith("fork-nobody"), r.text
+
+
 def _component(doc: dict[str, Any], name: str) -> Any:
     """A validator of the document's schema ``name`` (references resolved in it)."""
     import jsonschema
