@@ -280,11 +280,18 @@ def _bulk_events(lines: list[bytes]) -> list[Event] | None:
         if len(raws) != len(lines) or list(map(len, raws)) != list(map(len, lines)):
             return None
         events: list[Event] = _EVENTS_DECODER.decode(doc)
-        if may_repeat_keys(doc, JSON_ENCODER.encode(events)):
+        if _may_repeat_keys_in(doc, events):
             return None
         return events
     except (msgspec.DecodeError, RecursionError):
         return None
+
+
+def _may_repeat_keys_in(doc: bytes, events: list[Event]) -> bool:
+    """Whether the JSON array ``doc``, which msgspec decoded to ``events``, may name a
+    key twice in one of its objects (``jsonkeys.may_repeat_keys``: the events encoded
+    again, in one call, and compared with ``doc``)."""
+    return may_repeat_keys(doc, JSON_ENCODER.encode(events))
 
 
 _BATCH_EVENTS: Final = 16_384

@@ -1,0 +1,137 @@
+"""What refusing repeated JSON keys costs the JSONL reader (issue 27 item 8).
+
+    python benchmarks/bench_duplicate_keys.py [--events 300000] [--rounds 5] [--quick]
+
+A realistic log (``bench_surface.generate_log``) is written as JSONL, then read
+(``read_log``) and imported into a new SQLite store (``LogStream`` +
+``import_stream``, what ``surfacelog import`` does) with the check and without it
+(``codec._may_repeat_keys_in`` replaced by a function that says no: no encoding, no
+counting), alternating, ``--rounds`` times each, in this one process. Prints the CPU
+time (``time.process_time``) of each, their medians and the ratio with/without; and,
+for one 4,096-line block, what each step of the fast check costs beside msgspec's
+decoding of the block, and what parsing it again with ``object_pairs_hook`` (the
+exact check, the alternative) would cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_surface import generate_log
+
+from surfacelog.schema import codec
+from surfacelog.schema.events import Event
+from surfacelog.schema.gcpause import gc_paused
+from surfacelog.schema.header import SessionHeader
+from surfacelog.schema.jsonkeys import may_repeat_keys
+
+
+def _cpu(fn: Callable[[], object]) -> float:
+    start = time.process_time()
+    fn()
+    return time.process_time() - start
+
+
+def _read(path: Path) -> None:
+    codec.read_log(path)
+
+
+def _import(path: Path, workdir: Path, k: list[int]) -> None:
+    from surfacelog.store import SqliteEventStore, import_stream
+
+    k[0] += 1
+    db = workdir / f"i{k[0]}.db"
+
+    async def run() -> None:
+        store = await SqliteEventStore.open(db, create=True)
+        try:
+            with codec.LogStream(path, runs=True) as stream:
+                await import_stream(store, stream, path)
+        finally:
+            await store.close()
+
+    asyncio.run(run())
+    db.unlink()
+    for suffix in ("-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+
+
+def _block_steps(lines: Sequence[bytes]) -> dict[str, float]:
+    """CPU seconds of each step on one block (best of 5), with the collector paused as
+    the reader pauses it."""
+    doc = b"[" + b",".join(lines) + b"]"
+    decoder = msgspec.json.Decoder(list[Event])
+    encoder = msgspec.json.Encoder()
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        return dict(items)
+
+    with gc_paused():
+        events = decoder.decode(doc)
+        canonical = encoder.encode(events)
+        steps = {
+            "decode": lambda: decoder.decode(doc),
+            "encode": lambda: encoder.encode(events),
+            "compare": lambda: may_repeat_keys(doc, canonical),
+            "object_pairs_hook": lambda: json.loads(doc, object_pairs_hook=pairs),
+        }
+        return {name: min(_cpu(fn) for _ in range(5)) for name, fn in steps.items()}
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=300_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="30,000 events, 3 rounds")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.events, args.rounds = min(args.events, 30_000), min(args.rounds, 3)
+    events, _ = generate_log(args.events)
+    workdir = Path(tempfile.mkdtemp(prefix="bench-dupkeys-"))
+    path = workdir / "log.jsonl"
+    path.write_bytes(codec.encode_log(SessionHeader(version=0, id="bench", created_at=1),
+                                      events))
+    lines = path.read_bytes().split(b"\n")[1:4097]
+    checked = codec._may_repeat_keys_in
+
+    def unchecked(doc: bytes, decoded: list[Event]) -> bool:
+        return False
+
+    counter = [0]
+    figures: dict[str, Any] = {"events": len(events), "bytes": path.stat().st_size}
+    for name, fn in (("read", lambda: _read(path)),
+                     ("import", lambda: _import(path, workdir, counter))):
+        on: list[float] = []
+        off: list[float] = []
+        for _ in range(args.rounds):
+            codec._may_repeat_keys_in = unchecked  # type: ignore[assignment]
+            off.append(_cpu(fn))
+            codec._may_repeat_keys_in = checked
+            on.append(_cpu(fn))
+        ratio = statistics.median(on) / statistics.median(off)
+        figures[name] = {"checked_s": on, "unchecked_s": off, "ratio": ratio}
+        print(f"{name:7s} {len(events):,} events: checked "
+              f"{', '.join(f'{t:.2f}' for t in on)} s CPU; unchecked "
+              f"{', '.join(f'{t:.2f}' for t in off)} s; median ratio {ratio:.3f}x")
+    steps = _block_steps(lines)
+    figures["block"] = steps
+    decode = steps["decode"]
+    print("one block of 4,096 lines, CPU (best of 5): " + ", ".join(
+        f"{name} {t * 1000:.1f} ms ({t / decode:.2f}x decode)" for name, t in steps.items()))
+    return figures
+
+
+if __name__ == "__main__":
+    main()
