@@ -500,11 +500,23 @@ def _document_limits(doc: dict[str, Any]) -> None:
     schemas["AppendBatch"]["properties"]["events"].update(minItems=1,
                                                           maxItems=wire.MAX_BATCH)
     # ``shapes.check_envelope``: a type is a non-empty string, ``ignorable`` the literal
-    # true. (Which types exist and what their data holds are the session's rules: 422.)
+    # true; the marker's shape (rule 6.3) and provenance's elements (6.5) are fixed too.
+    # (Which types exist, what their data holds, and which seqs a marker or provenance
+    # may name in the log as it is now are the session's rules: 422.)
+    seq = {"type": "integer", "minimum": 0, "maximum": MAX_SAFE_INT}
     for struct in ("EventSpec", "AppendOne"):
         properties = schemas[struct]["properties"]
         properties["type"]["minLength"] = 1
         properties["ignorable"] = {"const": True}
+        properties["surfaceOp"] = {"anyOf": [
+            {"const": "append"},
+            {"type": "object", "required": ["op", "start", "end"],
+             "additionalProperties": False,
+             "properties": {"op": {"const": "replace"}, "start": seq, "end": seq}}]}
+        properties["sourceEventSeqs"] = {"type": "array", "items": seq, "uniqueItems": True}
+    # ``session.fork``: a boundary is a seq (INVALID_BOUNDARY, 422, when the log has none
+    # such).
+    schemas["ForkBody"]["properties"]["boundary"]["anyOf"] = [seq, {"type": "null"}]
     # ``ContextBody.payload``: exactly one of text and message (a null is an absent one).
     schemas["ContextBody"]["oneOf"] = [
         {"required": [given], "properties": {given: {"not": {"type": "null"}},

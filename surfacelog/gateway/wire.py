@@ -9,6 +9,7 @@ body's JSON Schema for the OpenAPI document.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final
 
 import msgspec
@@ -16,7 +17,7 @@ from msgspec import UNSET, Struct, UnsetType
 
 from surfacelog.gateway.errors import BadRequest
 from surfacelog.schema.codec import JSON_ENCODER
-from surfacelog.schema.events import Event, surface_op_from_json
+from surfacelog.schema.events import MAX_SAFE_INT, Event, surface_op_from_json
 from surfacelog.schema.header import SessionHeader
 from surfacelog.schema.jsonkeys import check_duplicate_keys
 from surfacelog.schema.limits import nesting_error
@@ -220,7 +221,10 @@ def decode(body: bytes, kind: type[Any]) -> Any:
     ``nesting``) for JSON nested too deep for msgspec to read at all (far past
     ``MAX_NESTING``, which the session checks on what it decodes)."""
     try:
-        value = msgspec.json.decode(body, type=kind)
+        try:
+            value = msgspec.json.decode(body, type=kind)
+        except msgspec.ValidationError as exc:
+            value = _with_integral_floats(body, kind, exc)
         # The request structs omit their defaults when encoded, so encoding the value
         # writes every member the body has but a repeated key's other values, and no
         # more: what ``check_duplicate_keys`` compares the body with.
@@ -233,6 +237,41 @@ def decode(body: bytes, kind: type[Any]) -> Any:
     except RecursionError as exc:
         raise nesting_error(None, None, prefix=f"the {kind.__name__} body's ") from exc
     return value
+
+
+_INT_GOT_FLOAT: Final = re.compile(r"Expected `int(?: \| null)?`, got `float` - at `\$(.*)`$")
+_STEP: Final = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
+
+
+def _with_integral_floats(body: bytes, kind: type[Any], error: msgspec.ValidationError
+                          ) -> Any:
+    """``body`` read as ``kind`` where an integer field of the request holds a number
+    written with a fraction of zero (``3.0``): JSON Schema, and so the OpenAPI
+    document, calls that an integer, as JavaScript does. Only the request's own integer
+    fields are read so (``expectedSeq``, ``boundary``, ``generation``...): an event's
+    fields are values of the log, judged by its rules (docs/rules.md: ``1.0`` is not a
+    seq). Raises ``error`` again when something else is wrong, or a float is not a
+    whole safe integer."""
+    value = msgspec.json.decode(body)
+    for _ in range(1_000):  # one field per round: msgspec names the first it refuses
+        match = _INT_GOT_FLOAT.search(str(error))
+        if match is None:
+            raise error
+        parent: Any = None
+        step: str | int | None = None
+        leaf: Any = value
+        for name, index in _STEP.findall(match.group(1)):
+            parent, step = leaf, (name if name else int(index))
+            leaf = leaf[step]
+        if parent is None or type(leaf) is not float or not leaf.is_integer() \
+                or abs(leaf) > MAX_SAFE_INT:
+            raise error
+        parent[step] = int(leaf)
+        try:
+            return msgspec.convert(value, type=kind)
+        except msgspec.ValidationError as exc:
+            error = exc
+    raise error
 
 
 def batch_specs(batch: AppendBatch) -> list[AppendSpec]:

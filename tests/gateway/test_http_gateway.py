@@ -198,6 +198,29 @@ async def test_fork_without_a_body_is_documented_as_optional(
     assert r.status_code == 201 and r.json()["id"].startswith("fork-nobody"), r.text
 
 
+async def test_a_request_integer_written_with_a_zero_fraction_is_an_integer(
+        http: httpx.AsyncClient) -> None:
+    """JSON Schema (so the OpenAPI document) counts ``3.0`` as an integer, as JavaScript
+    does: the request's own integer fields read it as one (schemathesis sent a fork
+    ``boundary`` of ``180609320.0`` and got a 400). A fraction is still refused, and an
+    event's own values stay the log's (``1.0`` is not a seq: docs/rules.md)."""
+    await _create(http, "whole-1")
+    url = "/v1/sessions/whole-1"
+    r = await http.post(f"{url}/events", json={**_note(0, 0), "expectedSeq": 0.0})
+    assert r.status_code == 200 and r.json()["next"] == 1, r.text
+    r = await http.post(f"{url}/events:batch", json={"events": [_note(0, 1)],
+                                                     "expectedSeq": 1.0})
+    assert r.status_code == 200 and r.json()["next"] == 2, r.text
+    r = await http.post(f"{url}/fork", json={"boundary": 1.0, "childId": "whole-2"})
+    assert r.status_code == 201 and r.json() == {"id": "whole-2", "length": 3}, r.text
+    r = await http.post(f"{url}/fork", json={"boundary": 1.5, "childId": "whole-3"})
+    assert r.status_code == 400 and "boundary" in r.json()["detail"], r.text
+    r = await http.post(f"{url}/events", json={
+        "type": "user/message", "surfaceOp": {"op": "replace", "start": 1.0, "end": 1},
+        "data": {"id": "u", "role": "user", "source": {"kind": "user"}, "content": []}})
+    assert r.status_code == 422 and r.json()["rule"] == "marker", r.text
+
+
 def _component(doc: dict[str, Any], name: str) -> Any:
     """A validator of the document's schema ``name`` (references resolved in it)."""
     import jsonschema
@@ -209,9 +232,10 @@ def _component(doc: dict[str, Any], name: str) -> Any:
 async def test_the_document_and_the_server_agree_on_envelopes_and_context_bodies(
         http: httpx.AsyncClient) -> None:
     """What the document says of an event's envelope (a non-empty type, ``ignorable``
-    the literal true) and of a context body (exactly one of text and message) is what
-    the server does: a body the document allows is not refused for those, one it
-    refuses is refused (a 4xx problem)."""
+    the literal true, the marker's shape, provenance's elements), of a fork's boundary
+    and of a context body (exactly one of text and message) is what the server does: a
+    body the document allows is not refused for those, one it refuses is refused (a
+    4xx problem)."""
     doc = document()
     await _create(http, "agree-1")
     base = "/v1/sessions/agree-1"
@@ -226,6 +250,23 @@ async def test_the_document_and_the_server_agree_on_envelopes_and_context_bodies
         ("AppendBatch", "/events:batch", {"events": [{"type": "", "ignorable": True}]}),
         ("AppendBatch", "/events:batch", {"events": [{"type": "x-test/n",
                                                        "ignorable": True}]}),
+        ("AppendOne", "/events", {"type": "x-test/n", "ignorable": True,
+                                  "surfaceOp": "prepend"}),
+        ("AppendOne", "/events", {"type": "x-test/n", "ignorable": True,
+                                  "surfaceOp": None}),
+        ("AppendOne", "/events", {"type": "user/message", "surfaceOp": {
+            "op": "replace", "start": 0, "end": -1}}),
+        ("AppendOne", "/events", {"type": "x-test/n", "ignorable": True,
+                                  "sourceEventSeqs": [0, 0]}),
+        ("AppendOne", "/events", {"type": "x-test/n", "ignorable": True,
+                                  "sourceEventSeqs": [-1]}),
+        ("AppendOne", "/events", {"type": "x-test/n", "ignorable": True,
+                                  "sourceEventSeqs": "0"}),
+        ("AppendOne", "/events", {"type": "user/message", "surfaceOp": "append",
+                                  "sourceEventSeqs": [0], "data": {
+                                      "id": "u-1", "role": "user", "source": {"kind": "user"},
+                                      "content": [{"type": "text", "text": "hi"}]}}),
+        ("ForkBody", "/fork", {"boundary": -1, "childId": "agree-2"}),
         ("ContextBody", "/context", {"text": "workspace"}),
         ("ContextBody", "/context", {"message": context, "text": None}),
         ("ContextBody", "/context", {"text": "x", "message": context}),

@@ -8,7 +8,7 @@ by the session's own rules (422) rather than by the document's limits (400), and
 the follow stream short. The default run is short: 3 examples per operation, in the
 fuzzing and stateful phases (about 10 s; the coverage phase alone sends some 650
 boundary cases whatever the number of examples, another 10 s). The ``slow`` run has
-every phase and 100 examples per operation (about 2 minutes).
+every phase and 100 examples per operation (a minute or two).
 """
 
 from __future__ import annotations
