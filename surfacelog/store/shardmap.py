@@ -27,6 +27,7 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
+from surfacelog.schema.jsonkeys import find_duplicate_key
 from surfacelog.store.errors import ShardConfigError
 
 DEFAULT_SHARD: Final = "default"
@@ -276,8 +277,8 @@ def load_shard_map(path: str | os.PathLike[str]) -> ShardMap:
     "resource": ...}, ...]}`` (JSON). Relative paths are taken from the file's folder.
     A ``replica`` that is a relative directory is taken from the file's folder too (a
     URL, ``scheme://...``, is kept as it is). Raises ``ShardConfigError`` naming the file
-    and what is wrong (the JSON path of a bad field, its value, its shard and its rule),
-    ``OSError`` when it cannot be read."""
+    and what is wrong (the JSON path of a bad field, its value, its shard and its rule;
+    a key an object names twice), ``OSError`` when it cannot be read."""
     file = Path(path)
     with file.open("rb") as f:
         raw = f.read(MAX_SHARD_CONFIG_BYTES + 1)
@@ -291,6 +292,12 @@ def load_shard_map(path: str | os.PathLike[str]) -> ShardMap:
         raise _refusal(str(file), exc, msgspec.json.decode(raw)) from None
     except msgspec.DecodeError as exc:
         raise ShardConfigError(f"{file}: not JSON: {exc}") from exc
+    try:
+        repeated = find_duplicate_key(raw)  # msgspec keeps a repeated key's last value
+    except ValueError:  # JSON msgspec reads and the standard library does not: nothing
+        repeated = None  # the check could name
+    if repeated is not None:
+        raise ShardConfigError(f"{file}: {repeated.describe()}")
     base = file.parent
 
     def resolve(where: str) -> str:

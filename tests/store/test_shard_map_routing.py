@@ -159,6 +159,18 @@ def test_not_json_and_oversized_files_are_refused(tmp_path: Path) -> None:
         load_shard_map(big)
 
 
+def test_a_key_named_twice_is_refused_with_its_path(tmp_path: Path) -> None:
+    """Another reader may take the first of two ``path`` keys where msgspec takes the
+    last: a shard map whose meaning depends on the reader is refused."""
+    file = tmp_path / "shards.json"
+    file.write_text('{"shards": [{"name": "s0", "path": "/a.db"},'
+                    ' {"name": "s1", "path": "/b.db", "path": "/c.db"}]}')
+    with pytest.raises(ShardConfigError) as refused:
+        load_shard_map(file)
+    assert str(refused.value) == (f'{file}: duplicate key "path" in the object at '
+                                  f'$.shards[1]')
+
+
 def test_relative_paths_are_taken_from_the_files_folder(tmp_path: Path) -> None:
     file = tmp_path / "conf" / "shards.json"
     file.parent.mkdir()
