@@ -18,17 +18,10 @@ from pathlib import Path
 import pytest
 
 from surfacelog.schema.codec import encode_log
-from surfacelog.store import SqliteEventStore
-from surfacelog.store.importing import (
-    Imported,
-    Outcome,
-    Refused,
-    StoreTarget,
-    import_sources,
-)
-from surfacelog.store.verify import VerifyFailure, verify_store
+from surfacelog.store.importing import Imported, Refused
 
 from support import paths
+from support.importing import import_files, verified
 from support.sessiongen import build_session, header
 
 TURNS = 2_000  # about 34,000 events, 5.6 MB: the import takes long enough to be caught open
@@ -40,23 +33,6 @@ def big_log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
     path = tmp_path_factory.mktemp("source") / "big.jsonl"
     path.write_bytes(encode_log(header("big"), events))
     return path, len(events)
-
-
-async def verified(db: Path) -> tuple[int, list[VerifyFailure]]:
-    """``verify_store`` of ``db``, read-only: the sessions checked and the failures."""
-    store = await SqliteEventStore.open(db, read_only=True)
-    try:
-        return await verify_store(store)
-    finally:
-        await store.close()
-
-
-async def import_again(db: Path, source: Path) -> list[Outcome]:
-    target = StoreTarget(await SqliteEventStore.open(db))
-    try:
-        return [o async for o in import_sources(target, [source])]
-    finally:
-        await target.close()
 
 
 def surfacelog(*args: str) -> subprocess.CompletedProcess[str]:
@@ -113,7 +89,7 @@ def test_an_interrupted_import_stores_nothing_and_a_new_one_stores_all(
         assert (checked.returncode, checked.stdout.strip()) == (
             0, "1 session(s) checked, 0 failed"), checked.stderr
     else:
-        assert asyncio.run(import_again(db, source)) == [
+        assert asyncio.run(import_files(db, source)) == [
             Imported(str(source), "file", "big", length)]
         assert asyncio.run(verified(db)) == (1, [])
 
@@ -125,6 +101,6 @@ def test_a_bad_last_line_stores_nothing(tmp_path: Path, big_log: tuple[Path, int
     last = body.rstrip(b"\n").rfind(b"\n") + 1
     bad.write_bytes(body[:last] + b'{"type":"turn/end","seq":"x"}\n')
     db = tmp_path / "s.db"
-    [refused] = asyncio.run(import_again(db, bad))
+    [refused] = asyncio.run(import_files(db, bad))
     assert isinstance(refused, Refused) and refused.rule == "contiguity", refused
     assert asyncio.run(verified(db)) == (0, [])

@@ -14,12 +14,13 @@ import pytest
 
 from surfacelog.schema.codec import encode_log
 from surfacelog.store import SqliteEventStore
-from surfacelog.store.importing import Imported, Refused, StoreTarget, import_sources
+from surfacelog.store.importing import Imported, Refused, import_sources
 from surfacelog.store.shardmap import Shard, ShardMap
 from surfacelog.store.shardset import ShardedStores
-from surfacelog.store.verify import VerifyFailure, verify_store
+from surfacelog.store.verify import VerifyFailure
 
 from support.dsh_database import dsh_database
+from support.importing import import_files, verified
 from support.sessiongen import add_turn, build_session, header
 
 
@@ -28,22 +29,6 @@ def write_log(path: Path, session_id: str, turns: int) -> int:
     events = list(build_session(session_id, turns).log)
     path.write_bytes(encode_log(header(session_id), events))
     return len(events)
-
-
-async def import_files(db: Path, *paths: Path) -> list[object]:
-    target = StoreTarget(await SqliteEventStore.open(db))
-    try:
-        return [o async for o in import_sources(target, paths)]
-    finally:
-        await target.close()
-
-
-async def verified(db: Path) -> tuple[int, list[VerifyFailure]]:
-    store = await SqliteEventStore.open(db, read_only=True)
-    try:
-        return await verify_store(store)
-    finally:
-        await store.close()
 
 
 def cut_after_turn(db: Path, session_id: str, turns_kept: int) -> int:
