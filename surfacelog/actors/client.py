@@ -71,6 +71,7 @@ from surfacelog.session.errors import ForkError
 from surfacelog.session.fork import SESSION_ALREADY_EXISTS
 from surfacelog.session.pressure import ContextPressure
 from surfacelog.store.base import SessionInfo
+from surfacelog.store.digests import StoreReplay
 from surfacelog.store.errors import CommitFailed, SessionExists, StoreError
 from surfacelog.store.replica import ReplicaPlan
 from surfacelog.store.shardmap import Shard, ShardMap
@@ -102,6 +103,8 @@ RETRY_FOR_S = _retry_for_s()
 """How long a handle keeps resending an idempotent request whose actor died or is
 restarting (Ray restarts it; a dedicated actor's new process takes about a second):
 30 s unless ``SURFACELOG_RETRY_FOR_S`` says otherwise."""
+REPLAY_TIMEOUT_S: Final = 600.0
+"""How long ``Client.replay_digests`` waits for a shard's writer to replay it."""
 COALESCE_ENV: Final = "SURFACELOG_COALESCE"
 """Set to ``0`` to send each request in a call of its own (to measure what coalescing
 gives); read once, inherited by the processes of a Ray this process starts."""
@@ -442,6 +445,29 @@ class Client:
             for key, value in part.items():
                 total[key] = total.get(key, 0) + value
         return total
+
+    async def replay_digests(self, timeout_s: float = REPLAY_TIMEOUT_S
+                             ) -> dict[str, StoreReplay]:
+        """Each shard's committed sessions replayed by its writer, on the shard's node
+        (``JournalActor.replay_digests``), by shard name: nothing is read from this
+        machine's disk. The replay is read-only, so it is sent again while a writer
+        restarts. Raises ``ShardUnavailable`` when a shard has not answered within
+        ``timeout_s`` (a replay reads the whole shard: a longer wait than one
+        request's retry window), the store's errors as the writer raised them."""
+        async def one(name: str) -> tuple[str, StoreReplay]:
+            writer = self.writers[name]
+            try:
+                replay: StoreReplay = await within(through_restarts(
+                    lambda _again: writer.replay_digests.remote(), timeout_s), timeout_s)
+            except RayTaskError as exc:
+                raise _unwrap(exc) from None
+            except (RayActorError, asyncio.TimeoutError) as exc:
+                raise ShardUnavailable(
+                    f"shard {name!r} did not replay its sessions within {timeout_s:g} s "
+                    f"({type(exc).__name__})") from None
+            return name, replay
+
+        return dict(await asyncio.gather(*(one(name) for name in self.writers)))
 
     async def actor_stats(self) -> list[ActorStats]:
         """One entry per session actor this client has resolved."""

@@ -50,6 +50,7 @@ from surfacelog.schema.errors import InvalidArgument
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
 from surfacelog.store.base import EventStore, SessionInfo, require_scoped
+from surfacelog.store.digests import StoreReplay, replay_store
 from surfacelog.store.errors import SessionNotFound
 from surfacelog.store.replica import ReplicaPlan
 from surfacelog.store.rows import EncodedBatch, encode_batch
@@ -288,6 +289,16 @@ class JournalActor:
     async def replica_status(self) -> ReplicaStatus | None:
         """The shard's Litestream process (``None``: no replica, or not opened yet)."""
         return None if self._supervisor is None else self._supervisor.status()
+
+    async def replay_digests(self) -> StoreReplay:
+        """Every session committed to the shard replayed through the core here, on the
+        shard's node, from the rows its store reads back (committed rows only: what a
+        caller has not flushed is not in them), with the bytes the shard takes on that
+        node's disk. What the load run verifies the live actors against, so that no
+        other machine ever opens the shard's file. Raises the store's ``StoreError``
+        when the sessions cannot be listed; a session that cannot be read is a failure
+        of the result."""
+        return await replay_store(await self._get())
 
     async def close(self) -> None:
         """Close the backend, then stop the shard's Litestream (which first ships the

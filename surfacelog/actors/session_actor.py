@@ -62,6 +62,7 @@ from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
 from surfacelog.session.compaction import CompactionRequest, PruneRequest
 from surfacelog.session.pressure import ContextPressure
 from surfacelog.store.base import EventStore, SessionInfo
+from surfacelog.store.digests import StoreReplay
 from surfacelog.store.errors import WriterFenced
 from surfacelog.store.rows import encode_batch
 
@@ -386,7 +387,8 @@ methods ``SessionHandle`` calls."""
 
 
 WRITER_METHODS: Final = ("ready", "holds", "list_sessions", "create_stored",
-                         "writer_stats", "close", "replica_status", "store_call")
+                         "writer_stats", "close", "replica_status", "store_call",
+                         "replay_digests")
 """What a shard's writer answers, a ``JournalActor`` or an ``OwnerActor`` alike
 (``Client`` calls them by name on ``Client.writers``); a ``SessionActor`` has none."""
 
@@ -447,6 +449,11 @@ class OwnerActor(SessionActor):
         """``JournalActor.store_call``: the shard's store, for a client's
         ``ShardStore``."""
         return await self._writer.store_call(method, args, kwargs)
+
+    async def replay_digests(self) -> StoreReplay:
+        """``JournalActor.replay_digests``: the shard's committed sessions replayed on
+        its node."""
+        return await self._writer.replay_digests()
 
 
 RemoteSessionActor: Any = ray.remote(SessionActor)

@@ -131,6 +131,11 @@ class EventStore(abc.ABC):
         """The backend's counters (commits, events written...); none by default."""
         return {}
 
+    def disk_bytes(self) -> int | None:
+        """The bytes the store takes on its disk now, as seen from the process that
+        holds it (``None``: the backend does not say; the default)."""
+        return None
+
     def observe_commits(self, observer: CommitObserver | None) -> None:  # noqa: B027
         """Tell ``observer`` about each group commit from now on (``None``: stop). A
         backend without group commits reports none (the default)."""

@@ -13,6 +13,16 @@ from surfacelog.store.sqlite import SqliteEventStore
 from surfacelog.store.verify import VerifyFailure
 
 
+class StoreReplay(Struct, frozen=True):
+    """What one store replays to, read where the store is (``replay_store``): the
+    digest of every session that loads, one failure per session that does not, and the
+    bytes the store takes on its disk (``None``: its backend does not say)."""
+
+    digests: dict[str, SessionDigest]
+    failures: list[VerifyFailure]
+    disk_bytes: int | None
+
+
 class ShardDigest(Struct, frozen=True):
     """The digest of one session and the name of the shard that holds it."""
 
@@ -45,6 +55,16 @@ async def store_digest_report(store: EventStore
         except StoreError as exc:
             failures.append(VerifyFailure(info.id, None, f"cannot be read: {exc}"))
     return digests, failures
+
+
+async def replay_store(store: EventStore) -> StoreReplay:
+    """Replay every committed session of ``store`` through the core, in this process
+    (a shard's writer calls it on its own node, on its own store: the rows read are the
+    committed ones, never queued or in-memory state). Raises ``StoreError`` when the
+    sessions cannot be listed; a session that cannot be read is a failure of the
+    result, not raised."""
+    digests, failures = await store_digest_report(store)
+    return StoreReplay(digests, failures, store.disk_bytes())
 
 
 async def store_digests(db: str) -> dict[str, SessionDigest]:

@@ -1,4 +1,4 @@
-"""Every shard of a deployment opened from one machine: what the CLI's ``--shards``
+"""Every shard of a deployment opened from one machine: what the CLI's ``--shard-map``
 commands (list, find, import, export, verify, digest) are built on.
 
 A ``ShardedStores`` opens each shard's SQLite file itself, so every file of the map
@@ -307,7 +307,7 @@ class ShardedStores:
         return home, StreamedImport(header, stored, stream.notes.torn)
 
 
-    # -- ImportTarget (store.importing): what ``import --shards`` stores through ----------
+    # -- ImportTarget (store.importing): what ``import --shard-map`` stores through ----------
 
     async def store_log(self, log: LogFile, source: Path) -> Stored:
         """``import_log`` as an ``ImportTarget``: the session on its home shard."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +23,12 @@ from surfacelog.actors.session_actor import (
     RemoteSessionActor,
     SessionActor,
 )
-from surfacelog.cli.loadrun import compare, live_digests, replay_digests
+from surfacelog.cli.loadrun import compare, live_digests
 from surfacelog.schema.errors import SurfaceError
 from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec
 from surfacelog.session.compaction import CompactionRequest
+from surfacelog.store.digests import store_digests
 from surfacelog.store.errors import WriterFenced
 
 pytestmark = pytest.mark.usefixtures("ray_local")
@@ -124,8 +126,14 @@ async def test_driven_sessions_with_compaction_replay_to_the_live_state(
         live = await live_digests(host, ids)
         assert sum(d.replace_generation for d in live.values()) >= stats.committed
         await host.flush()
-        replayed = await asyncio.get_running_loop().run_in_executor(None, replay_digests, db)
-        assert compare(live, replayed) == []
+        # The writer's replay on its node, and a fresh read-only open of the file here:
+        # the same sessions, the same digests, both equal to the live ones.
+        (replay,) = (await host.replay_digests()).values()
+        assert replay.failures == [] and replay.disk_bytes == os.path.getsize(db) + sum(
+            os.path.getsize(db + side) for side in ("-wal", "-shm")
+            if os.path.exists(db + side))
+        assert compare(live, replay.digests) == []
+        assert replay.digests == await store_digests(db)
     finally:
         ray.kill(compactor)
         ray.kill(driver)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
@@ -473,6 +474,15 @@ class SqliteEventStore(ScopedEventStore):
         """The writer's counters (see ``WriterStats``): ``commits`` (group commits),
         ``batches`` and ``events`` they wrote, ``failed_commits``, ``queued_batches``."""
         return msgspec.structs.asdict(self._writer.stats())
+
+    def disk_bytes(self) -> int:
+        """The bytes of the database file with its ``-wal`` and ``-shm`` files (those
+        that exist), on the disk of the process that opened it."""
+        total = 0
+        for name in (self.path.name, self.path.name + "-wal", self.path.name + "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                total += self.path.with_name(name).stat().st_size
+        return total
 
     def observe_commits(self, observer: CommitObserver | None) -> None:
         """Tell ``observer`` about each group commit of the writer."""
