@@ -1,5 +1,5 @@
 """What the command groups share: the options several commands take, the one-line
-exits (usage errors, failures), the choice between DB and ``--shards FILE``, and the
+exits (usage errors, failures), the choice between DB and ``--shard-map FILE``, and the
 opening of a store with its one-line refusal.
 
 Importing it is cheap (typer, and ``SurfacelogError`` for ``CannotOpen``): the helpers
@@ -32,11 +32,17 @@ MaxLineOpt = Annotated[int, typer.Option(
     "--max-line-bytes", min=1, metavar="BYTES",
     help="refuse an input line longer than this (the file is read line by line)")]
 DbArg = Annotated[str | None, typer.Argument(
-    metavar="DB", show_default=False, help="SQLite store file (or --shards FILE instead)")]
-ShardsOpt = Annotated[Path | None, typer.Option(
-    "--shards", metavar="FILE", show_default=False,
-    help="shard configuration (JSON) to use instead of DB: work over every shard's "
-         "file, each of which must be readable from this machine")]
+    metavar="DB", show_default=False, help="SQLite store file (or --shard-map FILE instead)")]
+ShardMapOpt = Annotated[Path | None, typer.Option(
+    "--shard-map", metavar="FILE", show_default=False,
+    help="shard map (JSON) to use instead of DB: work over every shard's file, each of "
+         "which must be readable from this machine")]
+ShardsAliasOpt = Annotated[Path | None, typer.Option(
+    "--shards", metavar="FILE", hidden=True, show_default=False,
+    help="deprecated name of --shard-map")]
+"""``--shards FILE``, the old name of ``--shard-map FILE`` on the commands that take a
+shard map file (not on ``run``, where ``--shards N`` is a count): still accepted, with a
+warning, and hidden from ``--help``. Merged by ``shard_map_file``."""
 
 LIMIT_OPTION = "--max-line-bytes"
 """The option that raises the line limit, named by a too-long line's message."""
@@ -50,19 +56,32 @@ def usage(command: str, problem: str) -> typer.Exit:
     return typer.Exit(2)
 
 
+def shard_map_file(command: str, shard_map: Path | None, alias: Path | None
+                   ) -> Path | None:
+    """The file of ``--shard-map``, or of its deprecated alias ``--shards`` (with a
+    one-line warning on stderr). Exits 2 with a one-line message when both are given."""
+    if alias is None:
+        return shard_map
+    if shard_map is not None:
+        raise usage(command, "give --shard-map FILE once (--shards is its old name)")
+    typer.echo(f"surfacelog {command}: --shards FILE is deprecated: use --shard-map FILE",
+               err=True)
+    return alias
+
+
 def either(command: str, db: str | None, shards: Path | None) -> ShardMap | None:
-    """The shard map of ``--shards`` (``None`` for a single DB). Exits 2 with a one-line
-    message unless exactly one of DB and ``--shards`` is given, or when the shard
-    configuration cannot be read or is malformed."""
+    """The shard map of ``--shard-map`` (``shards``; ``None`` for a single DB). Exits 2
+    with a one-line message unless exactly one of DB and ``--shard-map`` is given, or
+    when the shard map cannot be read or is malformed."""
     from surfacelog.cli.render import echo
     from surfacelog.store.errors import ShardConfigError
     from surfacelog.store.shardmap import load_shard_map
 
     if db is not None and shards is not None:
-        raise usage(command, "give either DB or --shards FILE, not both")
+        raise usage(command, "give either DB or --shard-map FILE, not both")
     if shards is None:
         if db is None:
-            raise usage(command, "give either DB or --shards FILE")
+            raise usage(command, "give either DB or --shard-map FILE")
         return None
     try:
         return load_shard_map(shards)

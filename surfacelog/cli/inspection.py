@@ -1,5 +1,5 @@
 """``surfacelog inspect``: a database's sessions as a table, or one surface as a tree;
-with ``--shards``, the sessions of every shard merged and paginated, or one session
+with ``--shard-map``, the sessions of every shard merged and paginated, or one session
 found on its shard."""
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ async def _inspect_shards(shard_map: ShardMap, config: str, session_id: str | No
         else:
             console.print(text(
                 f"{len(page.entries)} session(s) listed; next page: surfacelog inspect "
-                f"--shards {shlex.quote(config)} --limit {limit} "
+                f"--shard-map {shlex.quote(config)} --limit {limit} "
                 f"--after {shlex.quote(page.next_after)}"), soft_wrap=True)
         return 0
 

@@ -2,30 +2,28 @@
 verification of the database against the live actors.
 
 It hosts N sessions through the chosen placement, drives them with agent-loop driver
-actors, keeps a compaction actor and a pruner actor watching them, then reopens the
-database in a fresh process and checks that every session replays to exactly the surface
-and messages the live actors reported.
+actors, keeps a compaction actor and a pruner actor watching them, then has each
+shard's writer replay the shard's committed sessions on its own node
+(``Client.replay_digests``) and checks that every session replays to exactly the
+surface and messages the live actors reported, on its home shard. No shard file is
+opened by this process: on a cluster (``--shard-map``) the files are the nodes'.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import random
 import secrets
 import socket
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import msgspec
 import ray
 from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -49,15 +47,12 @@ from surfacelog.gateway.deployment import start_gateway, stop_gateway
 from surfacelog.gateway.httpclient import RemoteHttpDriver
 from surfacelog.schema.errors import SurfacelogError
 from surfacelog.session.digest import SessionDigest, digest
+from surfacelog.store.digests import StoreReplay
 from surfacelog.store.errors import StoreError
+from surfacelog.store.shardmap import ShardMap
 
 log = logging.getLogger("surfacelog.cli")
 """The CLI layer's logger."""
-
-
-def store_bytes(db: str) -> int:
-    """Size of the database with its WAL and shared-memory files."""
-    return sum(os.path.getsize(p) for p in (db, db + "-wal", db + "-shm") if os.path.exists(p))
 
 
 def session_ids(n: int) -> list[str]:
@@ -86,27 +81,34 @@ async def flush_sessions(client: Client, ids: list[str]) -> list[str]:
     return [line for line in await asyncio.gather(*(one(s) for s in ids)) if line]
 
 
-def replay_digests(db: str) -> dict[str, SessionDigest]:
-    """Replay every stored session in a fresh process (``surfacelog digest``). Raises
-    ``subprocess.CalledProcessError`` when it fails."""
-    out = subprocess.run(
-        [sys.executable, "-m", "surfacelog.cli", "digest", db, "--json"],
-        check=True, capture_output=True, text=True)
-    raw = json.loads(out.stdout)
-    return {sid: msgspec.convert(d, SessionDigest) for sid, d in raw.items()}
+class Replayed:
+    """What the shards' writers replayed (``Client.replay_digests``), merged: each
+    session's digest and the shard that stores it, the problems found on the way (a
+    session on two shards, or one that cannot be read), and the shards' bytes on their
+    nodes' disks."""
 
+    def __init__(self, replays: dict[str, StoreReplay]) -> None:
+        self.digests: dict[str, SessionDigest] = {}
+        self.stored_on: dict[str, str] = {}
+        self.problems: list[str] = []
+        self.disk_bytes = 0
+        for shard, replay in sorted(replays.items()):
+            self.disk_bytes += replay.disk_bytes or 0
+            self.problems += [f"{f.session_id}: cannot be replayed from shard {shard}"
+                              + ("" if f.seq is None else f" (seq {f.seq})")
+                              + f": {f.message}" for f in replay.failures]
+            for sid, found in replay.digests.items():
+                other = self.stored_on.setdefault(sid, shard)
+                if other != shard:
+                    self.problems.append(f"{sid}: stored on shards {other} and {shard}")
+                    continue
+                self.digests[sid] = found
 
-def replay_shard_digests(shard_map: str) -> tuple[dict[str, SessionDigest], dict[str, str]]:
-    """Replay every stored session of every shard of the shard map file ``shard_map`` in
-    a fresh process (``surfacelog digest --shards FILE``): the digests by session, and
-    the shard each is stored on. Raises ``subprocess.CalledProcessError`` when it
-    fails."""
-    out = subprocess.run(
-        [sys.executable, "-m", "surfacelog.cli", "digest", "--shards", shard_map, "--json"],
-        check=True, capture_output=True, text=True)
-    entries = json.loads(out.stdout)
-    digests = {e["session"]: msgspec.convert(e["digest"], SessionDigest) for e in entries}
-    return digests, {e["session"]: e["shard"] for e in entries}
+    def misplaced(self, shards: ShardMap) -> list[str]:
+        """A line for each session stored on a shard other than its home."""
+        return [f"{sid}: stored on shard {shard}, not on its home {shards.home(sid).name}"
+                for sid, shard in sorted(self.stored_on.items())
+                if shard != shards.home(sid).name]
 
 
 def compare(live: dict[str, SessionDigest], replayed: dict[str, SessionDigest]) -> list[str]:
@@ -193,25 +195,34 @@ long instead of ``Client.retry_for_s``'s 30 s, so that the report sees the outag
 
 async def run_workload(cfg: RunConfig,
                        on_sample: Callable[[Sample, dict[str, Any]], None],
-                       cluster: LocalCluster | None = None) -> RunResult:
+                       cluster: LocalCluster | None = None,
+                       shards: ShardMap | None = None) -> RunResult:
     """Run the workload on an initialised Ray; returns the measured result, verified.
 
     ``cluster``: the local cluster Ray runs on (``--local-nodes``): the sessions live on
     its shards, the run's own actors (drivers, compactor, pruner) on its head node, so
     that losing a worker node cannot take them, and ``--kill-node-every`` removes and
-    adds back its worker nodes meanwhile. Once the drivers started, every failure
-    (a driver actor lost, verification cut short by a lost node...) is reported in the
-    result, whose verification then fails, rather than raised. Raises what starting the
-    actors raises (Ray's errors, ``VersionRefused``)."""
-    db = os.path.abspath(cfg.db)
+    adds back its worker nodes meanwhile. ``shards``: the shard map of the joined
+    cluster (``--shard-map``): the sessions live on its shards, whose writers are
+    placed by the shards' resources. Either way (and on the embedded one-node Ray) the
+    run is verified by the shards' writers, on their nodes: this process opens no shard
+    file. Once the drivers started, every failure (a driver actor lost, verification
+    cut short by a lost node...) is reported in the result, whose verification then
+    fails, rather than raised. Raises what starting the actors raises (Ray's errors,
+    ``VersionRefused``)."""
     options: dict[str, Any] = {"placement": cfg.placement, "packs": cfg.packs,
                                "durability": cfg.durability, "idle_timeout_s": None,
                                "writer": cfg.hosting_writer}
     shard_map_file: str | None = None
-    if cluster is None:
-        hosting = HostingConfig.single(db, **options)
+    if shards is not None:
+        hosting = HostingConfig(shards, **options)
+        shard_map_file = None if cfg.shard_map is None else str(cfg.shard_map)
         shard_nodes: dict[str, int | None] = {name: None for name in hosting.shards.names}
+    elif cluster is None:
+        hosting = HostingConfig.single(os.path.abspath(cfg.db_path), **options)
+        shard_nodes = {name: None for name in hosting.shards.names}
     else:
+        db = os.path.abspath(cfg.db_path)
         hosting = HostingConfig(cluster.shards, **options)
         shard_map_file = str(shard_files(Path(db), len(cluster.shards.shards))[1])
         shard_nodes = {name: cluster.node_of(name) for name in hosting.shards.names}
@@ -266,6 +277,7 @@ async def run_workload(cfg: RunConfig,
             cfg.seed, _prober(client, ids), done, node_kills))
     shares = [ids[k::n_drivers] for k in range(n_drivers)]
     cstats, pstats = CompactorStats(), CompactorStats()
+    size = 0
     live: dict[str, SessionDigest] = {}
     journal: dict[str, Any] = {}
     write_failures: list[str] = []
@@ -301,17 +313,12 @@ async def run_workload(cfg: RunConfig,
             live = await live_digests(client, ids)
             journal = await client.writer_stats()
             write_failures += await client.passivate_all()
-            loop = asyncio.get_running_loop()
-            if shard_map_file is None:
-                replayed = await loop.run_in_executor(None, replay_digests, db)
-            else:
-                replayed, stored_on = await loop.run_in_executor(
-                    None, replay_shard_digests, shard_map_file)
-                problems += [f"{sid}: stored on shard {shard}, not on its home "
-                             f"{hosting.shards.home(sid).name}"
-                             for sid, shard in sorted(stored_on.items())
-                             if shard != hosting.shards.home(sid).name]
-            problems += compare(live, replayed)
+            # Each shard's writer replays its committed sessions on its own node: the
+            # files are never opened here (on a cluster they are not on this machine).
+            replayed = Replayed(await client.replay_digests())
+            size = replayed.disk_bytes
+            problems += replayed.problems + replayed.misplaced(hosting.shards)
+            problems += compare(live, replayed.digests)
         except Exception as exc:  # e.g. a node lost meanwhile: reported, never raised
             broken.append(f"verification could not complete: {_describe(exc)}")
     finally:
@@ -333,7 +340,6 @@ async def run_workload(cfg: RunConfig,
                             "the logs" + (" (besides those lost with a disk)"
                                           if disk_lost else ""))
         problems += [f"a durable write failed: {line}" for line in write_failures]
-    size = sum(store_bytes(shard.path) for shard in hosting.shards.shards)
     problems = broken + problems
     return RunResult(cfg, wall, merged, cstats, pstats, size, live,
                      not problems, problems, samples, journal, kills or 0, write_failures,
@@ -411,11 +417,8 @@ async def _outcome(task: asyncio.Future[T], what: str, default: T,
 
 
 def _describe(exc: BaseException) -> str:
-    """One line naming ``exc``, with a failed subprocess's last stderr line."""
-    text = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, subprocess.CalledProcessError) and exc.stderr:
-        text += f" ({str(exc.stderr).strip().splitlines()[-1]})"
-    return text.replace("\n", " ")[:400]
+    """One line naming ``exc``."""
+    return f"{type(exc).__name__}: {exc}".replace("\n", " ")[:400]
 
 
 def cpu_by_process() -> dict[int, float]:

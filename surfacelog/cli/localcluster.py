@@ -11,7 +11,7 @@ file, as a node returning with its disk would.
 
 Names, for ``--db surfacelog.db`` and 2 shards: shard files ``surfacelog.s0.db`` and
 ``surfacelog.s1.db``, shard map ``surfacelog.shards.json`` (relative paths, so
-``surfacelog verify --shards surfacelog.shards.json`` works from any folder).
+``surfacelog verify --shard-map surfacelog.shards.json`` works from any folder).
 
 Every server listens on loopback only and Ray's token authentication stays on (a
 ``Cluster`` started by hand does not turn it on the way ``ray.init`` does).

@@ -67,6 +67,7 @@ CONFIG_LABELS: dict[str, tuple[str, str]] = {
     "mode": ("Append mode", ""),
     "db": ("Database", ""),
     "address": ("Ray cluster", ""),
+    "shard_map": ("Shard map", ""),
     "seed": ("Seed", ""),
     "kill_every_s": ("Chaos: kill an actor every", "s"),
     "kill_journal": ("Chaos: every second kill is the writer's", ""),
@@ -85,7 +86,10 @@ def config_rows(cfg: RunConfig) -> list[tuple[str, str]]:
     read the figures (``--json``, ``--report`` and ``--force`` are left out)."""
     hidden = {"packs": cfg.placement != "packed", "kill_journal": not cfg.kill_every_s,
               "node_down_s": not (cfg.kill_node_every_s or cfg.kill_disk_every_s),
-              "replica": cfg.replica is None, "kill_disk_every_s": not cfg.kill_disk_every_s}
+              "replica": cfg.replica is None, "kill_disk_every_s": not cfg.kill_disk_every_s,
+              # With a shard map the shards are the map's: no --db, no shard count.
+              "shard_map": cfg.shard_map is None, "db": cfg.shard_map is not None,
+              "shards": cfg.shard_map is not None}
     rows = []
     for f in fields(cfg):
         if f.name not in CONFIG_LABELS or hidden.get(f.name, False):
@@ -98,6 +102,8 @@ def config_rows(cfg: RunConfig) -> list[tuple[str, str]]:
             text = "a one-node Ray started by the run" if raw is None else str(raw)
         elif f.name == "shards":
             text = value(cfg.shard_count)
+        elif f.name == "db":
+            text = value(cfg.db_path)
         elif f.name in ("kill_every_s", "kill_node_every_s") and not raw:
             text = "off"
         elif f.name == "local_nodes" and not raw:
@@ -152,7 +158,7 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         rows += [
             ("Local cluster", f"head + {report['local_nodes']} worker nodes, "
                               f"{len(report['shards'])} shards, auth {report['auth_mode']}"),
-            ("Shard map (for --shards)", value(report["shard_map"])),
+            ("Shard map (for --shard-map)", value(report["shard_map"])),
             ("Node kills (abrupt)", f"{report['node_kills']} ({report['node_kills_abrupt']})"),
             ("Recovery, node lost -> shard serving: p50 / max",
              f"{value(rec['p50'])} / {value(rec['max'], 's')}"
@@ -163,6 +169,9 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
             rows.append(("Disk losses / acknowledged events lost to them (not yet "
                          "replicated)", f"{report['disk_losses']} / "
                                         f"{value(report['lost_to_disk_loss'])}"))
+    elif report.get("shard_map"):
+        rows.append(("Shards (--shard-map)", f"{len(report['shards'])} of "
+                     f"{report['shard_map']}, verified by their writers on their nodes"))
     return rows
 
 

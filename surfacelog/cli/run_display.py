@@ -25,6 +25,7 @@ from surfacelog.cli.localcluster import LocalCluster, make_shard_map, write_shar
 from surfacelog.cli.report_html import summary_rows, write_html
 from surfacelog.cli.runmodel import RunConfig, Sample
 from surfacelog.schema.codec import encode_json
+from surfacelog.store.shardmap import ShardMap
 
 EXIT_OK, EXIT_VERIFY_FAILED, EXIT_ERRORS, EXIT_FAILED = 0, 1, 3, 4
 EXIT_CHAOS_NOT_PERFORMED = 5  # only with --strict
@@ -120,7 +121,9 @@ def _report_table(report: dict[str, Any]) -> Table:
         lat, rec = shard["append_latency_ms"], shard["recovery_s"]
         recovery = (f", recovery p50 {rec['p50']} / max {rec['max']} s" if rec["count"]
                     else "")
-        rows.append((f"shard {name} (node {shard['node']})",
+        # A joined cluster's nodes are not numbered by the run: the shard alone.
+        where = "" if shard["node"] is None else f" (node {shard['node']})"
+        rows.append((f"shard {name}{where}",
                      f"{shard['events_per_s']} events/s, p50 {lat['p50']} / p99 {lat['p99']} "
                      f"ms, {shard['unavailable']} refused, {shard['node_kills']} kills"
                      + recovery))
@@ -129,9 +132,11 @@ def _report_table(report: dict[str, Any]) -> Table:
     return table
 
 
-def run_live(cfg: RunConfig) -> int:
+def run_live(cfg: RunConfig, shards: ShardMap | None = None) -> int:
     """Run the workload of ``cfg`` on Ray (started here unless already initialised; with
-    ``cfg.local_nodes``, on a local cluster started here and always stopped), showing
+    ``cfg.local_nodes``, on a local cluster started here and always stopped; with
+    ``shards``, the shard map read from ``cfg.shard_map``, on the shards of the cluster
+    at ``cfg.address``), showing
     its progress; print the report (``cfg.as_json``: as JSON on stdout, the live view
     going to stderr) and write the HTML report when ``cfg.report`` is set. Returns the
     exit status: 0 only when verification passed and nothing failed, 1 when
@@ -148,15 +153,15 @@ def run_live(cfg: RunConfig) -> int:
         report_fd = os.dup(1)
         os.dup2(2, 1)
     try:
-        return _run(cfg, console, started_ray, report_fd)
+        return _run(cfg, console, started_ray, report_fd, shards)
     finally:
         if report_fd is not None:
             os.dup2(report_fd, 1)
             os.close(report_fd)
 
 
-def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | None
-         ) -> int:
+def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | None,
+         shards: ShardMap | None) -> int:
     """``run_live``'s body; the JSON report goes to ``report_fd`` when given."""
     cluster: LocalCluster | None = None
     watch: GcsWatch | None = None
@@ -165,12 +170,13 @@ def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | N
             if not started_ray:
                 raise RuntimeError("Ray is already initialised in this process: a local "
                                    "cluster cannot be started")
-            shards, map_path = make_shard_map(cfg.db, cfg.shard_count, cfg.replica)
-            write_shard_map(shards, map_path)
+            local_shards, map_path = make_shard_map(cfg.db_path, cfg.shard_count,
+                                                    cfg.replica)
+            write_shard_map(local_shards, map_path)
             console.print(f"starting a local cluster: a head node and {cfg.local_nodes} "
                           f"worker nodes, {cfg.shard_count} shards (shard map {map_path})…",
                           markup=False)
-            cluster = LocalCluster.start(shards, cfg.local_nodes)
+            cluster = LocalCluster.start(local_shards, cfg.local_nodes)
             init_ray(cluster.address, log_to_driver=False, configure_logging=False)
         elif started_ray:
             console.print("starting Ray…" if cfg.address is None
@@ -179,7 +185,7 @@ def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | N
                 probe_address(cfg.address)
             init_ray(cfg.address, include_dashboard=False, log_to_driver=False,
                      configure_logging=False)
-            watch = GcsWatch.start(str(cfg.db))
+            watch = GcsWatch.start(cfg.stored_in)
     except Exception as exc:
         console.print(f"run failed: cannot start Ray: {_one_line(exc)}", markup=False,
                       soft_wrap=True)
@@ -216,17 +222,18 @@ def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | N
 
     try:
         with Live(view(), console=console, refresh_per_second=8, transient=cfg.as_json) as live:
-            result = asyncio.run(run_workload(cfg, on_sample, cluster))
+            result = asyncio.run(run_workload(cfg, on_sample, cluster, shards))
             final = result.progress
             progress.update(task, completed=final.turns_done + final.turns_interrupted)
             live.update(view())
     except KeyboardInterrupt:
         # asyncio.run cancelled the workload, whose cleanup flushed and stopped the
         # actors: what was acknowledged is stored, and the next run resumes from it.
-        where = cfg.db if cluster is None else \
-            f"the shards of {make_shard_map(cfg.db, cfg.shard_count)[1]}"
+        where = cfg.stored_in if cluster is None else \
+            f"the shards of {make_shard_map(cfg.db_path, cfg.shard_count)[1]}"
+        again = "--shard-map" if cfg.shard_map is not None else "--db"
         console.print(f"\ninterrupted: every acknowledged event is in {where}; run again "
-                      "with the same --db to resume (not verified)", markup=False)
+                      f"with the same {again} to resume (not verified)", markup=False)
         return EXIT_INTERRUPTED
     except Exception as exc:  # reported on one line, with the exit status that says so
         console.print(f"run failed: {_one_line(exc)}", markup=False, soft_wrap=True)

@@ -28,6 +28,9 @@ Via = Literal["ray", "http"]
 WriterChoice = Literal["auto", Writer]
 
 
+DEFAULT_DB: Final = Path("surfacelog.db")
+"""``--db`` when not given."""
+
 NODE_DOWN_S: Final = 2.0
 """How long node and disk chaos keep a removed node down unless --node-down says."""
 
@@ -73,9 +76,19 @@ class RunConfig:
     mode: Annotated[AppendMode, Option(
         help="chunk: each model stream chunk its own append, as a live agent streams "
              "(the default); batch: a step's chunks in one append_batch")] = "chunk"
-    db: Annotated[Path, Option(help="SQLite database file")] = Path("surfacelog.db")
+    db: Annotated[Path | None, Option(
+        show_default=False,
+        help="SQLite database file, on this machine [default: surfacelog.db]; not with "
+             "--shard-map")] = None
     address: Annotated[str | None, Option(
         help="join this Ray cluster instead of starting a local one")] = None
+    shard_map: Annotated[Path | None, Option(
+        "--shard-map", metavar="FILE", show_default=False,
+        help="with --address: the cluster's shard map (JSON, {\"shards\": [{\"name\", "
+             "\"path\", \"resource\"}, ...]}): each shard's writer is placed by its "
+             "resource on the node that holds its path, and the run is verified by those "
+             "writers on their nodes; no shard file is read or written on this machine")
+    ] = None
     report: Annotated[Path | None, Option(
         metavar="FILE.html",
         help="write an HTML report here (never over --db or its -wal/-shm files, nor any "
@@ -103,7 +116,8 @@ class RunConfig:
         min=1, show_default=False,
         help="with --local-nodes: shards, each its own SQLite file next to --db "
              "(X.db -> X.s0.db, X.s1.db...), listed in the shard map X.shards.json for "
-             "surfacelog verify/digest/inspect --shards [default: --local-nodes]")] = None
+             "surfacelog verify/digest/inspect --shard-map [default: --local-nodes]")
+    ] = None
     kill_node_every_s: Annotated[float, Option(
         "--kill-node-every", min=0.0,
         help="node chaos, with --local-nodes: every this many seconds remove a random "
@@ -169,6 +183,19 @@ class RunConfig:
             raise BadParameter("--node-down is how long a removed node stays down: it "
                                "needs --kill-node-every or --kill-disk-every",
                                param_hint="'--node-down'")
+        if self.shard_map is not None:
+            if self.local_nodes:
+                raise BadParameter("--shard-map names the shards of the cluster joined "
+                                   "with --address; --local-nodes writes its own shard "
+                                   "map: give one or the other",
+                                   param_hint="'--shard-map'")
+            if self.address is None:
+                raise BadParameter("--shard-map needs --address (the Ray cluster whose "
+                                   "nodes hold the shards)", param_hint="'--shard-map'")
+            if self.db is not None:
+                raise BadParameter("--db is a database on this machine; with --shard-map "
+                                   "the shards are the map's: give one or the other",
+                                   param_hint="'--db'")
         if not self.local_nodes:
             for given, flag in ((self.shards is not None, "--shards"),
                                 (self.kill_node_every_s > 0, "--kill-node-every"),
@@ -180,6 +207,20 @@ class RunConfig:
         elif self.address is not None:
             raise BadParameter("--local-nodes starts its own cluster: it cannot join "
                                "--address", param_hint="'--local-nodes'")
+
+    @property
+    def db_path(self) -> Path:
+        """The database of a run without ``--shard-map``: ``--db``, else
+        ``surfacelog.db``."""
+        return DEFAULT_DB if self.db is None else self.db
+
+    @property
+    def stored_in(self) -> str:
+        """Where the run stores its sessions, for a person: ``--db``'s file, or the
+        shards of ``--shard-map``."""
+        if self.shard_map is not None:
+            return f"the shards of {self.shard_map}"
+        return str(self.db_path)
 
     @property
     def node_down(self) -> float:
@@ -277,7 +318,8 @@ class RunResult:
     shard_nodes: dict[str, int | None] = field(default_factory=dict)
     """Each shard's worker node (``None``: the embedded one-node Ray)."""
     shard_map: str | None = None
-    """The shard map file written for a local cluster run (``--shards FILE``)."""
+    """The shard map file of the run: written for a local cluster run, or given with
+    ``--shard-map`` (``surfacelog verify/digest/inspect --shard-map FILE`` read it)."""
     node_kills: list[NodeKill] = field(default_factory=list)
     auth_mode: str | None = None
     """Ray's authentication mode of a local cluster (``token``)."""

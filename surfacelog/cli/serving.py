@@ -57,7 +57,7 @@ def serve_gateway(db: str | None, shards: Path | None, host: str, port: int,
     """Run the gateway until interrupted; returns the exit status."""
 
     if db is not None and shards is not None:
-        _say("usage error: surfacelog serve: give either --db or --shards, not both")
+        _say("usage error: surfacelog serve: give either --db or --shard-map, not both")
         return EXIT_USAGE
     try:
         auth = load_auth(token_file, insecure=insecure)
@@ -81,7 +81,7 @@ def serve_gateway(db: str | None, shards: Path | None, host: str, port: int,
         _say(f"cannot serve: {busy}")
         return EXIT_FAILED
     return _run(shard_map, host, port, auth, address, placement, writer,
-                "--shards " + str(shards) if shards is not None else shard_map.shards[0].path)
+                "--shard-map " + str(shards) if shards is not None else shard_map.shards[0].path)
 
 
 def _run(shard_map: ShardMap, host: str, port: int, auth: AuthConfig, address: str | None,

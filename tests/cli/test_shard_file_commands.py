@@ -1,4 +1,4 @@
-"""``surfacelog inspect | verify | digest | export | import --shards FILE`` over real
+"""``surfacelog inspect | verify | digest | export | import --shard-map FILE`` over real
 SQLite shard files."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+import typer
 from click.testing import Result
 from typer.testing import CliRunner
 
@@ -106,7 +107,7 @@ def table_ids(output: str) -> list[str]:
 
 @pytest.fixture
 def sharded(tmp_path: Path, runner: CliRunner) -> tuple[Path, list[str]]:
-    """Three shards (``c`` added later) filled through ``import --shards``: 12 sessions
+    """Three shards (``c`` added later) filled through ``import --shard-map``: 12 sessions
     with ids ``s-00``... plus the ``compaction`` example."""
     config = write_config(tmp_path, ("a", 0), ("b", 0), ("c", 1))
     logs = tmp_path / "logs"
@@ -118,9 +119,9 @@ def sharded(tmp_path: Path, runner: CliRunner) -> tuple[Path, list[str]]:
     shard_map = load_shard_map(config)
     seeds = [write_log(logs, find_id(shard_map, lambda c, name=name: c[0].name == name))
              for name in ("a", "b")]
-    result = invoke(runner, "import", "--shards", config, *seeds)
+    result = invoke(runner, "import", "--shard-map", config, *seeds)
     assert result.exit_code == 0, result.output
-    result = invoke(runner, "import", "--shards", config, *files)
+    result = invoke(runner, "import", "--shard-map", config, *files)
     assert result.exit_code == 0, result.output
     ids = sorted([f"s-{n:02d}" for n in range(12)] + ["compaction"]
                  + [seed.stem for seed in seeds])
@@ -148,7 +149,7 @@ def test_verify_digest_export_inspect_over_shards(
     placed = {sid: name for name in shard_map.names
               for sid in stored_ids(Path(shard_map.get(name).path))}
 
-    result = invoke(runner, "verify", "--shards", config)
+    result = invoke(runner, "verify", "--shard-map", config)
     assert result.exit_code == 0, result.output
     for shard in shard_map.shards:
         count = sum(1 for name in placed.values() if name == shard.name)
@@ -160,7 +161,7 @@ def test_verify_digest_export_inspect_over_shards(
     single = tmp_path / "single.db"
     assert invoke(runner, "import", single, write_log(tmp_path, "s-03"),
                   EXAMPLES / "compaction.jsonl").exit_code == 0
-    merged = invoke(runner, "digest", "--shards", config, "--json")
+    merged = invoke(runner, "digest", "--shard-map", config, "--json")
     assert merged.exit_code == 0, merged.output
     entries = msgspec.json.decode(merged.stdout_bytes)
     assert [e["session"] for e in entries] == ids
@@ -168,41 +169,41 @@ def test_verify_digest_export_inspect_over_shards(
     alone = msgspec.json.decode(invoke(runner, "digest", single, "--json").stdout_bytes)
     by_id = {e["session"]: e["digest"] for e in entries}
     assert by_id["s-03"] == alone["s-03"] and by_id["compaction"] == alone["compaction"]
-    table = invoke(runner, "digest", "--shards", config)
+    table = invoke(runner, "digest", "--shard-map", config)
     assert table.exit_code == 0 and "shard" in table.output
 
     # export: the bytes a single store exports, from whichever shard holds it.
     for session_id in ("compaction", "s-03"):
-        out = invoke(runner, "export", "--shards", config, session_id)
+        out = invoke(runner, "export", "--shard-map", config, session_id)
         assert out.exit_code == 0, out.output
         assert out.stdout_bytes == invoke(runner, "export", single, session_id).stdout_bytes
     target = tmp_path / "out.jsonl"
-    assert invoke(runner, "export", "--shards", config, "s-03", "-o", target).exit_code == 0
+    assert invoke(runner, "export", "--shard-map", config, "s-03", "-o", target).exit_code == 0
     assert target.read_bytes().split(b"\n", 1)[1] == (EXAMPLES / "basic-turns.jsonl").read_bytes()
-    missing = invoke(runner, "export", "--shards", config, "nope")
+    missing = invoke(runner, "export", "--shard-map", config, "nope")
     assert missing.exit_code == 1 and "'nope' is not stored" in missing.output
 
     # inspect SESSION: found on its shard, the same tree as from the single store.
-    shown = invoke(runner, "inspect", "--shards", config, "compaction")
+    shown = invoke(runner, "inspect", "--shard-map", config, "compaction")
     assert shown.exit_code == 0, shown.output
     assert f"compaction (shard {placed['compaction']}): 254 events" in shown.output
-    past = invoke(runner, "inspect", "--shards", config, "compaction", "--at", "10")
+    past = invoke(runner, "inspect", "--shard-map", config, "compaction", "--at", "10")
     assert past.exit_code == 0 and "as of seq 10" in past.output
-    assert invoke(runner, "inspect", "--shards", config, "compaction",
+    assert invoke(runner, "inspect", "--shard-map", config, "compaction",
                   "--at", "999").exit_code == 1
-    assert invoke(runner, "inspect", "--shards", config, "nope").exit_code == 1
+    assert invoke(runner, "inspect", "--shard-map", config, "nope").exit_code == 1
 
 
 def test_inspect_pages_walk_every_session_once(
         sharded: tuple[Path, list[str]], runner: CliRunner) -> None:
     config, ids = sharded
-    first = invoke(runner, "inspect", "--shards", config)
+    first = invoke(runner, "inspect", "--shard-map", config)
     assert first.exit_code == 0, first.output
     assert table_ids(first.output) == ids  # 15 ids < the default page of 50
     assert "this is the last page" in first.output
 
     seen: list[str] = []
-    args = ["inspect", "--shards", str(config), "--limit", "4"]
+    args = ["inspect", "--shard-map", str(config), "--limit", "4"]
     pages = 0
     while True:
         page = invoke(runner, *args)
@@ -216,11 +217,11 @@ def test_inspect_pages_walk_every_session_once(
             assert "this is the last page" in page.output
             break
         args = shlex.split(hint[0].split("next page: ", 1)[1])[1:]
-        assert args[:3] == ["inspect", "--shards", str(config)]
+        assert args[:3] == ["inspect", "--shard-map", str(config)]
     assert seen == ids and pages == 4
-    after_all = invoke(runner, "inspect", "--shards", config, "--after", ids[-1])
+    after_all = invoke(runner, "inspect", "--shard-map", config, "--after", ids[-1])
     assert after_all.exit_code == 0 and "0 session(s) listed" in after_all.output
-    assert invoke(runner, "inspect", "--shards", config, "--limit", "0").exit_code == 2
+    assert invoke(runner, "inspect", "--shard-map", config, "--limit", "0").exit_code == 2
 
 
 def test_verify_fails_on_an_id_stored_on_two_shards(
@@ -228,12 +229,12 @@ def test_verify_fails_on_an_id_stored_on_two_shards(
     config, _ = sharded
     plant(tmp_path / "a.db", "twice")
     plant(tmp_path / "b.db", "twice")
-    result = invoke(runner, "verify", "--shards", config)
+    result = invoke(runner, "verify", "--shard-map", config)
     assert result.exit_code == 1, result.output
     assert "FAIL session twice is stored on 2 shards: a, b" in result.output
     assert "1 id(s) on several shards" in result.output
     entries = msgspec.json.decode(
-        invoke(runner, "digest", "--shards", config, "--json").stdout_bytes)
+        invoke(runner, "digest", "--shard-map", config, "--json").stdout_bytes)
     assert [e["shard"] for e in entries if e["session"] == "twice"] == ["a", "b"]
 
 
@@ -244,7 +245,7 @@ def test_verify_reports_a_session_outside_its_candidates(
     session_id = find_id(shard_map, lambda c: c[0].name == "a")
     plant(tmp_path / "a.db", "other")
     plant(tmp_path / "b.db", session_id)
-    result = invoke(runner, "verify", "--shards", config)
+    result = invoke(runner, "verify", "--shard-map", config)
     assert result.exit_code == 1
     assert (f"FAIL session {session_id} is stored on shard b, not one of its candidate "
             "shards (a)") in result.output
@@ -258,13 +259,13 @@ def test_import_never_creates_an_id_held_by_a_candidate(
     older = shard_map.candidates(session_id)[1].name
     plant(tmp_path / f"{older}.db", session_id)
     log = write_log(tmp_path, session_id)
-    result = invoke(runner, "import", "--shards", config, log)
+    result = invoke(runner, "import", "--shard-map", config, log)
     assert result.exit_code == 1
     assert f"session '{session_id}' is already stored (on shard '{older}')" in result.output
     home = tmp_path / "c.db"
     assert not home.exists() or session_id not in stored_ids(home)
     # ...and it is read from where it is.
-    out = invoke(runner, "export", "--shards", config, session_id)
+    out = invoke(runner, "export", "--shard-map", config, session_id)
     assert out.exit_code == 0 and out.stdout_bytes == log.read_bytes()
     # Once every older file exists, a new id is created on its home (the file made
     # then); a second import finds it there and is refused as in a single store.
@@ -272,14 +273,14 @@ def test_import_never_creates_an_id_held_by_a_candidate(
         plant(tmp_path / f"{name}.db", find_id(shard_map, lambda c, n=name: c[0].name == n))
     fresh = find_id(shard_map, lambda c: c[0].name == "c" and c[1].name != older)
     fresh_log = write_log(tmp_path, fresh)
-    first = invoke(runner, "import", "--shards", config, fresh_log)
+    first = invoke(runner, "import", "--shard-map", config, fresh_log)
     assert first.exit_code == 0, first.output
     assert f"imported as session {fresh} on shard c" in first.output
     assert stored_ids(home) == [fresh]
-    again = invoke(runner, "import", "--shards", config, fresh_log)
+    again = invoke(runner, "import", "--shard-map", config, fresh_log)
     assert again.exit_code == 1
     assert f"session '{fresh}' is already stored (on shard 'c')" in again.output
-    assert invoke(runner, "verify", "--shards", config).exit_code == 0
+    assert invoke(runner, "verify", "--shard-map", config).exit_code == 0
 
 
 def test_import_refuses_when_a_candidate_shard_file_is_missing(
@@ -288,7 +289,7 @@ def test_import_refuses_when_a_candidate_shard_file_is_missing(
     shard_map = load_shard_map(config)
     session_id = find_id(shard_map, lambda c: len(c) == 2 and c[0].name == "c")
     older = shard_map.candidates(session_id)[1]
-    result = invoke(runner, "import", "--shards", config, write_log(tmp_path, session_id))
+    result = invoke(runner, "import", "--shard-map", config, write_log(tmp_path, session_id))
     assert result.exit_code == 1
     assert f"shard '{older.name}' ({older.path}): no database file" in result.output
     assert not (tmp_path / "c.db").exists()
@@ -310,7 +311,7 @@ def test_a_dsh_root_session_a_missing_shard_may_hold_is_one_refusal(
     (folder / "session.jsonl.zstd").write_bytes(encode_dsh(
         SessionHeader(version=SESSION_FORMAT_VERSION, id=session_id,
                       created_at=BASIC.events[0].time), BASIC.events, zstd=True))
-    result = invoke(runner, "import", "--shards", config, tmp_path / "sessions")
+    result = invoke(runner, "import", "--shard-map", config, tmp_path / "sessions")
     assert result.exit_code == 1
     assert (f"{folder / 'session.jsonl.zstd'}: refused (store): shard {older.name!r} "
             f"({older.path}): no database file") in result.output
@@ -325,15 +326,15 @@ def test_read_commands_name_a_missing_shard_file(
     missing = tmp_path / "d.db"
     needle = f"shard 'd' ({missing}): no database file"
     for args in (["verify"], ["digest"], ["digest", "--json"], ["inspect"]):
-        result = invoke(runner, *args, "--shards", gone)
+        result = invoke(runner, *args, "--shard-map", gone)
         assert result.exit_code == 1, (args, result.output)
         assert needle in result.output
     session_id = find_id(load_shard_map(gone), lambda c: c[0].name == "d")
     for args in (["export", session_id], ["inspect", session_id]):
-        result = invoke(runner, *args, "--shards", gone)
+        result = invoke(runner, *args, "--shard-map", gone)
         assert result.exit_code == 1 and needle in result.output
     assert not missing.exists()
-    verify = invoke(runner, "verify", "--shards", gone)
+    verify = invoke(runner, "verify", "--shard-map", gone)
     assert f"{len(ids)} session(s) checked on 4 shard(s)" in verify.output
 
 
@@ -343,14 +344,14 @@ def test_db_and_shards_together_or_neither_is_a_usage_error(
     db = tmp_path / "a.db"
     log = write_log(tmp_path, "z-1")
     cases = [
-        ["verify", db, "--shards", config], ["verify"],
-        ["digest", db, "--shards", config], ["digest"],
-        ["inspect", db, "s-01", "--shards", config], ["inspect"],
-        ["export", db, "s-01", "--shards", config], ["export"],
-        ["import", db, log, "--shards", config], ["import"],
-        ["inspect", db, "--shards", config], ["export", db, "--shards", config],
-        ["import", db, "--shards", config],
-        ["import", "--shards", config],
+        ["verify", db, "--shard-map", config], ["verify"],
+        ["digest", db, "--shard-map", config], ["digest"],
+        ["inspect", db, "s-01", "--shard-map", config], ["inspect"],
+        ["export", db, "s-01", "--shard-map", config], ["export"],
+        ["import", db, log, "--shard-map", config], ["import"],
+        ["inspect", db, "--shard-map", config], ["export", db, "--shard-map", config],
+        ["import", db, "--shard-map", config],
+        ["import", "--shard-map", config],
         ["inspect", db, "--limit", "3"],
     ]
     for args in cases:
@@ -370,7 +371,7 @@ def test_bad_shard_configuration_is_one_line_naming_the_file(
     config.write_bytes(content)
     for args in (["verify"], ["digest"], ["inspect"], ["export", "s"],
                  ["import", str(EXAMPLES / "basic-turns.jsonl")]):
-        result = invoke(runner, *args, "--shards", config)
+        result = invoke(runner, *args, "--shard-map", config)
         assert result.exit_code == 2, (args, result.output)
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and str(config) in lines[0], (args, result.output)
@@ -379,7 +380,7 @@ def test_bad_shard_configuration_is_one_line_naming_the_file(
 
 def test_unreadable_shard_configuration_in_a_real_process(tmp_path: Path) -> None:
     config = tmp_path / "absent.json"
-    done = subprocess.run([sys.executable, "-m", "surfacelog.cli", "verify", "--shards",
+    done = subprocess.run([sys.executable, "-m", "surfacelog.cli", "verify", "--shard-map",
                            str(config)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stdout == ""
@@ -442,10 +443,10 @@ def test_sharded_streamed_import_reports_the_file_before_the_shards(
     bad.write_bytes(b"".join([*lines[:3], msgspec.json.encode(broken) + b"\n", *lines[4:]]))
     before = stored_ids(tmp_path / "c.db")
 
-    refused = invoke(runner, "import", "--shards", config, bad)
+    refused = invoke(runner, "import", "--shard-map", config, bad)
     assert refused.exit_code == 1
     assert "already stored" not in refused.output and "seq" in refused.output
-    held = invoke(runner, "import", "--shards", config, valid)
+    held = invoke(runner, "import", "--shard-map", config, valid)
     assert held.exit_code == 1
     assert f"session '{session_id}' is already stored (on shard '{older}')" in held.output
     assert stored_ids(tmp_path / "c.db") == before
@@ -460,13 +461,60 @@ def test_sharded_streamed_import_keeps_a_torn_tail_note(
     session_id = find_id(shard_map, lambda c: c[0].name == "b")
     log = write_log(tmp_path, session_id)
     log.write_bytes(log.read_bytes() + b'{"type":"turn/st')
-    result = invoke(runner, "import", "--shards", config, log)
+    result = invoke(runner, "import", "--shard-map", config, log)
     assert result.exit_code == 0, result.output
     assert f"imported as session {session_id} on shard b ({len(BASIC.events)} events;" \
         in result.output
     assert "torn" in result.output
-    out = invoke(runner, "export", "--shards", config, session_id)
+    out = invoke(runner, "export", "--shard-map", config, session_id)
     assert out.exit_code == 0
     exported = tmp_path / "exported.jsonl"
     exported.write_bytes(out.stdout_bytes)
     assert read_log(exported).events == BASIC.events
+
+
+# -- one name for a shard map file ------------------------------------------------------
+
+SHARD_MAP_COMMANDS = ("export", "import", "verify", "restore", "digest", "inspect", "serve")
+"""Every command that takes a shard map file."""
+
+
+def test_a_shard_map_file_is_named_shard_map_on_every_command(runner: CliRunner) -> None:
+    """``--shard-map FILE`` everywhere a file is meant; ``--shards`` is shown nowhere
+    but on ``run``, where it is a count (``--local-nodes``) beside ``run
+    --shard-map FILE``."""
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    for name in (*SHARD_MAP_COMMANDS, "run"):
+        params = group.commands[name].params
+        shown = {opt: p for p in params if not getattr(p, "hidden", False) for opt in p.opts}
+        assert shown["--shard-map"].metavar == "FILE", name
+        help_text = invoke(runner, name, "--help").output
+        assert "--shard-map" in help_text, name
+        if name != "run":
+            assert "--shards" not in shown and "--shards" not in help_text, name
+    run_shards = next(p for p in group.commands["run"].params if "--shards" in p.opts)
+    assert type(run_shards.type).__name__ == "IntRange"  # a count, not a file
+
+
+def test_shards_file_is_still_accepted_with_a_warning(
+        sharded: tuple[Path, list[str]], runner: CliRunner) -> None:
+    config, ids = sharded
+    old = invoke(runner, "verify", "--shards", config)
+    assert old.exit_code == 0, old.output
+    assert "--shards FILE is deprecated: use --shard-map FILE" in old.stderr
+    assert f"{len(ids)} session(s) checked on 3 shard(s), 0 failed" in old.stdout
+    assert invoke(runner, "digest", "--shards", config, "--json").stdout == \
+        invoke(runner, "digest", "--shard-map", config, "--json").stdout
+    both = invoke(runner, "verify", "--shards", config, "--shard-map", config)
+    assert both.exit_code == 2
+    assert both.output.strip().splitlines() == [
+        "usage error: surfacelog verify: give --shard-map FILE once (--shards is its old "
+        "name)"]
+
+
+def test_restore_needs_a_shard_map(tmp_path: Path, runner: CliRunner) -> None:
+    result = invoke(runner, "restore", "s0", "--to", tmp_path / "x.db")
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "usage error: surfacelog restore: missing option --shard-map FILE"]

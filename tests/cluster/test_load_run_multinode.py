@@ -37,7 +37,7 @@ def assert_shard_figures(report: dict[str, Any], names: list[str]) -> None:
 
 
 def stored_sessions(digest: subprocess.CompletedProcess[str]) -> dict[str, str]:
-    """Session -> shard, from ``digest --shards MAP --json`` (the shard files replayed
+    """Session -> shard, from ``digest --shard-map MAP --json`` (the shard files replayed
     in a fresh process)."""
     assert digest.returncode == 0, digest.stderr
     return {e["session"]: e["shard"] for e in json.loads(digest.stdout)}
@@ -83,8 +83,8 @@ def test_cluster_run_survives_node_kills(tmp_path: Path) -> None:
     assert shard_map == tmp_path / "kills.shards.json"
     assert [Path(s.path).name for s in load_shard_map(shard_map).shards] == \
         ["kills.s0.db", "kills.s1.db"]
-    digest, verify = clis(("digest", "--shards", str(shard_map), "--json"),
-                          ("verify", "--shards", str(shard_map)), timeout_s=120)
+    digest, verify = clis(("digest", "--shard-map", str(shard_map), "--json"),
+                          ("verify", "--shard-map", str(shard_map)), timeout_s=120)
     stored = stored_sessions(digest)
     assert len(stored) == 6
     assert verify.returncode == 0, verify.stdout + verify.stderr

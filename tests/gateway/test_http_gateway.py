@@ -844,11 +844,11 @@ def test_serve_refuses_to_start_unsafely(tmp_path: Path) -> None:
         ((), None, 2, "no token configured"),
         (("--insecure-no-auth", "--host", "0.0.0.0"), None, 2, "loopback only"),
         (("--token-file", str(tmp_path / "missing")), None, 2, "cannot read token file"),
-        (("--shards", str(tmp_path / "missing.json")), {
+        (("--shard-map", str(tmp_path / "missing.json")), {
             "SURFACELOG_GATEWAY_TOKENS": FULL}, 2, "shard configuration"),
     ]
     for args, env, status, message in cases:
-        out = _serve_cli("--db", db, *args, env=env) if "--shards" not in args \
+        out = _serve_cli("--db", db, *args, env=env) if "--shard-map" not in args \
             else _serve_cli(*args, env=env)
         assert out.returncode == status, (args, out.stderr)
         assert message in out.stderr and "Traceback" not in out.stderr

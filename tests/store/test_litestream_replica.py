@@ -336,20 +336,20 @@ def test_cli_restore(tmp_path: Path) -> None:
         {"name": "s1", "path": str(tmp_path / "s1.db")},
         {"name": "s2", "path": str(tmp_path / "s2.db"), "replica": str(tmp_path / "none")}]}))
     target = tmp_path / "restored" / "s0.db"
-    done = _cli("restore", "s0", "--shards", str(config), "--to", str(target), "--json")
+    done = _cli("restore", "s0", "--shard-map", str(config), "--to", str(target), "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert (report["shard"], report["sessions"], report["path"]) == ("s0", 2, str(target))
-    refused = _cli("restore", "s0", "--shards", str(config), "--to", str(target))
+    refused = _cli("restore", "s0", "--shard-map", str(config), "--to", str(target))
     assert refused.returncode == 2 and "--force" in refused.stderr
-    assert _cli("restore", "s0", "--shards", str(config), "--to", str(target),
+    assert _cli("restore", "s0", "--shard-map", str(config), "--to", str(target),
                 "--force").returncode == 0
     # the shard's own path: it exists, so refused
-    assert _cli("restore", "s0", "--shards", str(config)).returncode == 2
+    assert _cli("restore", "s0", "--shard-map", str(config)).returncode == 2
     for args, status, words in [(("s1",), 2, "no replica"), (("s9",), 2, "no shard"),
                                 (("s2",), 1, "no backup")]:
         (tmp_path / "none").mkdir(exist_ok=True)
-        done = _cli("restore", *args, "--shards", str(config))
+        done = _cli("restore", *args, "--shard-map", str(config))
         assert (done.returncode, words in done.stderr) == (status, True), done.stderr
         assert "Traceback" not in done.stderr
 

@@ -1,6 +1,6 @@
 """The database commands: ``export``, ``import``, ``verify``, ``restore``, ``digest``,
 ``inspect`` and ``fork``, over one SQLite store (DB) or every shard of a shard
-configuration (``--shards FILE``)."""
+map (``--shard-map FILE``)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,14 @@ from surfacelog.cli.common import (
     JsonOpt,
     LegacyOpt,
     MaxLineOpt,
-    ShardsOpt,
+    ShardMapOpt,
+    ShardsAliasOpt,
     either,
     fail,
     open_store,
     refuse_unsafe_output,
     run_on_store,
+    shard_map_file,
     usage,
 )
 from surfacelog.schema.limits import MAX_LINE_BYTES
@@ -67,7 +69,7 @@ def export(db: DbArg = None,
                metavar="SESSION", show_default=False, help="session id")] = None,
            output: Annotated[Path | None, typer.Option("-o", "--output",
                                                        help="write here, not stdout")] = None,
-           shards: ShardsOpt = None,
+           map_file: ShardMapOpt = None, shards: ShardsAliasOpt = None,
            force: Annotated[bool, typer.Option(
                "--force", help="replace an existing output file (never a database)")
            ] = False,
@@ -82,18 +84,19 @@ def export(db: DbArg = None,
     JSONL backend writes: chunk runs as packed rows (runs of 3..1024, at most 1 MiB of
     data per row), and with ``--zstd`` one zstd frame for the header and one per batch
     of events (DSH's default ``session.jsonl.zstd``).
-    With ``--shards FILE`` (then ``export --shards FILE SESSION``): from the shard that
+    With ``--shard-map FILE`` (then ``export --shard-map FILE SESSION``): from the shard that
     holds it, found among its candidate shards. The store is opened read-only.
 
     ``-o FILE`` is refused when it is the database (or its -wal/-shm file), any SQLite
     database, or an existing file without ``--force``; it is written to a temporary
     file in the same directory and renamed, so it is never left half-written.
 
-    Exit 1 when the session is missing or unreadable (or, with ``--shards``, a shard
+    Exit 1 when the session is missing or unreadable (or, with ``--shard-map``, a shard
     file it may be on cannot be opened) or the output cannot be written, 2 when the
     store cannot be opened, the output is refused, on a usage error or a bad shard
     configuration.
     """
+    shards = shard_map_file("export", map_file, shards)
     import asyncio
 
     from surfacelog.cli.errors import OutputError
@@ -140,7 +143,8 @@ def export(db: DbArg = None,
 def import_(db: DbArg = None,
             files: Annotated[list[Path] | None, typer.Argument(
                 metavar="FILE", show_default=False, help="JSONL session logs")] = None,
-            legacy: LegacyOpt = False, shards: ShardsOpt = None,
+            legacy: LegacyOpt = False, map_file: ShardMapOpt = None,
+            shards: ShardsAliasOpt = None,
             max_line_bytes: MaxLineOpt = MAX_LINE_BYTES) -> None:
     """Store each JSONL log as a new session (its header line's id, else the file name
     without extension), after validating it through the core. Every DSH encoding is
@@ -151,14 +155,14 @@ def import_(db: DbArg = None,
     (schema version 17 only): every session of it is imported with its header, and
     reported on its own line: imported, already stored (the same events are stored
     under its id, so running the import again resumes it) or refused with the rule.
-    With ``--shards FILE``
-    (then ``import --shards FILE FILE...``): each session goes to its home shard (its
+    With ``--shard-map FILE``
+    (then ``import --shard-map FILE FILE...``): each session goes to its home shard (its
     file created when missing), after checking that no other candidate shard holds the
     id; nothing is ever created on another shard.
 
     Each file is read line by line (``--max-line-bytes``) and stored in one
     transaction, streamed (validated and inserted block by block: memory holds one
-    block, not the file; not with ``--legacy``, nor with ``--shards`` for the file that
+    block, not the file; not with ``--legacy``, nor with ``--shard-map`` for the file that
     creates its home shard, which is created only once the whole file is valid): a
     file reported "not imported" left nothing stored, and nothing of it
     is written later (a failed commit, e.g. on a full disk, is not retried with the
@@ -166,10 +170,11 @@ def import_(db: DbArg = None,
 
     Exit 0 when every file was imported (for a root or DSH database: imported or
     already stored), 1 when a log is invalid or its session already exists (or, with
-    ``--shards``, a shard file cannot be opened), 2 when a file cannot
+    ``--shard-map``, a shard file cannot be opened), 2 when a file cannot
     be read or is not JSONL or the store cannot be opened, on a usage error or a bad
     shard configuration.
     """
+    shards = shard_map_file("import", map_file, shards)
     from contextlib import aclosing
 
     from surfacelog.store.dsh_sources import is_dsh_database
@@ -179,7 +184,7 @@ def import_(db: DbArg = None,
     paths = list(files or [])
     if shards is not None and db is not None:
         if _is_sqlite(Path(db)) and not is_dsh_database(Path(db)):
-            raise usage("import", "give either DB or --shards FILE, not both")
+            raise usage("import", "give either DB or --shard-map FILE, not both")
         paths.insert(0, Path(db))
         db = None
     shard_map = either("import", db, shards)
@@ -257,7 +262,7 @@ def _report_import(outcome: Outcome) -> int:
 
 def _is_sqlite(path: Path) -> bool:
     """Whether ``path`` is a readable file that starts like a SQLite database: with
-    ``--shards``, a positional that is one is a DB given as well, not a session id or a
+    ``--shard-map``, a positional that is one is a DB given as well, not a session id or a
     log."""
     try:
         with path.open("rb") as f:
@@ -266,9 +271,10 @@ def _is_sqlite(path: Path) -> bool:
         return False
 
 
-def verify(db: DbArg = None, shards: ShardsOpt = None) -> None:
+def verify(db: DbArg = None, map_file: ShardMapOpt = None,
+           shards: ShardsAliasOpt = None) -> None:
     """Reload every stored session through the full validation; print each failure by
-    session and seq. With ``--shards FILE``: every session of every shard, reported per
+    session and seq. With ``--shard-map FILE``: every session of every shard, reported per
     shard, then every id stored on more than one shard and every session stored on a
     shard that is not one of its candidates (both are failures).
 
@@ -276,11 +282,12 @@ def verify(db: DbArg = None, shards: ShardsOpt = None) -> None:
     data nested deeper than the nesting limit...) is reported and the others are
     still checked.
 
-    Exit 0 when every session loads, 1 when one does not (or, with ``--shards``, a shard
+    Exit 0 when every session loads, 1 when one does not (or, with ``--shard-map``, a shard
     file cannot be opened, an id is on two shards or a session is misplaced), 2 when the
     store cannot be opened (missing, foreign, another version, truncated), on a usage
     error or a bad shard configuration.
     """
+    shards = shard_map_file("verify", map_file, shards)
     from surfacelog.cli.render import echo
     from surfacelog.store.errors import StoreError
     from surfacelog.store.verify import verify_store
@@ -346,9 +353,10 @@ def _verify_shards(shard_map: ShardMap) -> int:
 
 def restore(
     shard: Annotated[str, typer.Argument(metavar="SHARD", help="the shard's name")],
-    shards: Annotated[Path, typer.Option(
-        "--shards", metavar="FILE", help="shard configuration (JSON) naming the shard's "
-        "replica")],
+    map_file: Annotated[Path | None, typer.Option(
+        "--shard-map", metavar="FILE", show_default=False,
+        help="shard map (JSON) naming the shard's replica [required]")] = None,
+    shards: ShardsAliasOpt = None,
     to: Annotated[Path | None, typer.Option(
         "--to", metavar="PATH", show_default=False,
         help="where to write the restored file (default: the shard's own path)")] = None,
@@ -378,6 +386,9 @@ def restore(
     from surfacelog.store.errors import LitestreamNotFound, ReplicaError, RestoreRefused
     from surfacelog.store.replica import restore as restore_replica
 
+    shards = shard_map_file("restore", map_file, shards)
+    if shards is None:
+        raise usage("restore", "missing option --shard-map FILE")
     shard_map = either("restore", None, shards)
     assert shard_map is not None
     try:
@@ -408,19 +419,21 @@ def restore(
              f"(restore {report.restore_s:.2f} s, verification {report.verify_s:.2f} s)")
 
 
-def digest(db: DbArg = None, json: JsonOpt = False, shards: ShardsOpt = None) -> None:
+def digest(db: DbArg = None, json: JsonOpt = False, map_file: ShardMapOpt = None,
+           shards: ShardsAliasOpt = None) -> None:
     """Replay every stored session and print its digest (length, nodes, generation,
     message ids, hash of the messages). ``run`` compares these with the live actors.
-    With ``--shards FILE``: every shard's sessions, ordered by session id, each naming
+    With ``--shard-map FILE``: every shard's sessions, ordered by session id, each naming
     its shard (``--json``: a list of ``{"session", "shard", "digest"}``).
 
     The store is opened read-only. A session that cannot be read is reported on stderr
     (``FAIL session ID: why``) and left out; the others are digested.
 
     Exit 0 when every session was digested, 1 when one could not be read (or, with
-    ``--shards``, a shard file cannot be opened), 2 when the store cannot be opened
+    ``--shard-map``, a shard file cannot be opened), 2 when the store cannot be opened
     (missing, foreign, another version, truncated), on a usage error or a bad shard
     configuration."""
+    shards = shard_map_file("digest", map_file, shards)
     import asyncio
 
     import msgspec
@@ -481,18 +494,18 @@ def inspect(db: DbArg = None,
             session: Annotated[str | None, typer.Argument(
                 metavar="SESSION", show_default=False, help="session id")] = None,
             at: Annotated[int | None, typer.Option("--at", help="as of this seq")] = None,
-            shards: ShardsOpt = None,
+            map_file: ShardMapOpt = None, shards: ShardsAliasOpt = None,
             limit: Annotated[int | None, typer.Option(
                 "--limit", min=1, show_default=False,
-                help=f"with --shards: sessions per page (default {_PAGE})")] = None,
+                help=f"with --shard-map: sessions per page (default {_PAGE})")] = None,
             after: Annotated[str | None, typer.Option(
                 "--after", metavar="ID",
-                help="with --shards: list the sessions whose id sorts after ID")] = None,
+                help="with --shard-map: list the sessions whose id sorts after ID")] = None,
             ) -> None:
     """Without SESSION: a table of sessions. With it: the surface as a tree, each
     replacement expanded to the events it shadowed (``--at``: as of a past seq).
 
-    With ``--shards FILE`` (then ``inspect --shards FILE [SESSION]``): the sessions of
+    With ``--shard-map FILE`` (then ``inspect --shard-map FILE [SESSION]``): the sessions of
     every shard merged by id with a shard column, one page at a time (``--limit``,
     ``--after``; the table ends with the command for the next page), or SESSION found
     on its shard. The store is opened read-only; a session that cannot be read is
@@ -501,6 +514,7 @@ def inspect(db: DbArg = None,
     Exit 1 when the session is missing or unreadable (or one of the table's), or a
     shard file cannot be opened, 2 when the store cannot be opened (missing, foreign,
     another version, truncated), on a usage error or a bad shard configuration."""
+    shards = shard_map_file("inspect", map_file, shards)
     from rich.console import Console
 
     from surfacelog.cli.inspection import inspect_db, inspect_shards
@@ -509,12 +523,12 @@ def inspect(db: DbArg = None,
 
     if shards is not None and db is not None:
         if session is not None or _is_sqlite(Path(db)):
-            raise usage("inspect", "give either DB or --shards FILE, not both")
+            raise usage("inspect", "give either DB or --shard-map FILE, not both")
         db, session = None, db
     shard_map = either("inspect", db, shards)
     if shard_map is None:
         if limit is not None or after is not None:
-            raise usage("inspect", "--limit and --after page the --shards table")
+            raise usage("inspect", "--limit and --after page the --shard-map table")
         assert db is not None
 
         async def opened() -> SqliteEventStore:

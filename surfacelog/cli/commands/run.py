@@ -33,7 +33,8 @@ def run(**options: Any) -> None:
     Exit statuses: 0 verification passed and nothing failed; 1 verification failed
     (the database does not replay to what the live actors reported, or an acknowledged
     durable event is missing); 2 usage error, nothing started (a bad option, a --db
-    that is a directory or not a surfacelog database, a refused --report path); 3 the
+    that is a directory or not a surfacelog database, a --shard-map that cannot be read
+    or is malformed, a refused --report path); 3 the
     run verified but appends failed (e.g. the disk filled); 4 the run could not start
     or complete: Ray cannot be reached (--address is tried for 5 s) or did not start,
     another run holds --db, Ray (raylet, GCS) or one of the run's own actors (driver,
@@ -50,9 +51,15 @@ def run(**options: Any) -> None:
     With ``--local-nodes N`` the run starts its own Ray cluster on this machine: a head
     node (the GCS and the run's own actors; never killed) and N worker nodes hosting the
     shards, whose files sit next to ``--db`` (``X.db`` -> ``X.s0.db``...) with the shard
-    map ``X.shards.json`` for ``verify``/``digest``/``inspect --shards``;
+    map ``X.shards.json`` for ``verify``/``digest``/``inspect --shard-map``;
     ``--kill-node-every S`` removes a random worker node every S seconds and adds it
-    back."""
+    back.
+
+    With ``--address ADDR --shard-map FILE`` the run drives an existing cluster whose
+    nodes hold the shards of FILE: each shard's writer is placed by the shard's
+    resource on the node that offers it and opens the shard's path there; the run is
+    verified by those writers, each replaying its shard on its node, so no shard file
+    is opened (or needed) on this machine."""
     from surfacelog.actors.compactor import load_summariser
     from surfacelog.actors.errors import SummariserError
 
@@ -76,17 +83,20 @@ def _run_locked(config: RunConfig) -> int:
     from surfacelog.cli.run_display import EXIT_FAILED, run_live
     from surfacelog.cli.runlock import RunLock
 
+    if config.shard_map is not None:
+        return _run_on_shard_map(config)
+    db = config.db_path
     if config.local_nodes:
-        files, lock_path = shard_files(config.db.absolute(), config.shard_count)
+        files, lock_path = shard_files(db.absolute(), config.shard_count)
         databases = [str(f) for f in files]
         protected = [*databases, str(lock_path)]
     else:
-        lock_path, databases = config.db, [str(config.db)]
+        lock_path, databases = db, [str(db)]
         protected = databases
     if config.report is not None:
         refuse_unsafe_output(config.report, protected, config.force)
-    if config.db.is_dir():
-        raise usage("run", f"--db {config.db} is a directory, not a database file")
+    if db.is_dir():
+        raise usage("run", f"--db {db} is a directory, not a database file")
     try:
         lock = RunLock.acquire(lock_path)
     except DatabaseInUse as exc:
@@ -95,9 +105,33 @@ def _run_locked(config: RunConfig) -> int:
     except OSError as exc:
         raise usage("run", f"cannot open {lock_path}: {exc.strerror or exc}") from exc
     with lock:
-        for db in databases:
-            _check_store(db)
+        for database in databases:
+            _check_store(database)
         return run_live(config)
+
+
+def _run_on_shard_map(config: RunConfig) -> int:
+    """``run --address ADDR --shard-map FILE``: the shard map is read here (exit 2,
+    one line, when it cannot be read or is malformed); the shard files are not: they
+    are on the cluster's nodes, opened by each shard's writer there. So nothing is
+    checked or locked on this machine's disk (the writers refuse a foreign file when
+    they open it, which fails the run with exit 4). Returns the exit status."""
+    from surfacelog.cli.run_display import run_live
+    from surfacelog.store.errors import ShardConfigError
+    from surfacelog.store.shardmap import load_shard_map
+
+    assert config.shard_map is not None
+    try:
+        shards = load_shard_map(config.shard_map)
+    except ShardConfigError as exc:
+        raise usage("run", f"--shard-map: {exc}") from exc
+    except OSError as exc:
+        raise usage("run", f"cannot read --shard-map {config.shard_map}: "
+                           f"{exc.strerror or exc}") from exc
+    if config.report is not None:
+        # The shard paths are the nodes', but one may be this machine's too.
+        refuse_unsafe_output(config.report, [s.path for s in shards.shards], config.force)
+    return run_live(config, shards)
 
 
 def _check_store(db: str) -> None:
