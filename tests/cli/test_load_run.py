@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from typer.testing import CliRunner
 from surfacelog.cli import app, run_display
 from surfacelog.cli.report_html import config_rows, summary_rows
 from surfacelog.cli.runmodel import RunConfig
+from surfacelog.store.shardmap import load_shard_map
 
 from support.shared_examples import EXAMPLES
 
@@ -34,7 +37,7 @@ def test_run_options_are_run_config_fields() -> None:
             "--seed", "--kill-every", "--kill-journal", "--json", "--writer",
             "--local-nodes", "--shards", "--kill-node-every", "--node-down",
             "--summariser", "--via", "--force", "--replica", "--kill-disk-every",
-            "--outage-budget", "--strict"} == flags
+            "--outage-budget", "--strict", "--shard-map"} == flags
 
 
 def test_run_builds_one_run_config_from_its_options(monkeypatch: pytest.MonkeyPatch,
@@ -83,6 +86,76 @@ def test_a_flag_without_its_parent_flag_is_a_usage_error(
     result = runner.invoke(app, ["run", *args])
     assert result.exit_code == 2, result.output
     assert needs in result.output and "Traceback" not in result.output
+
+
+def _one_usage_line(output: str, needle: str) -> None:
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("usage error: surfacelog run: "), output
+    assert needle in lines[0] and "Traceback" not in output
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--shard-map", "{map}"], "--shard-map needs --address"),
+    (["--shard-map", "{map}", "--local-nodes", "2"], "give one or the other"),
+    (["--shard-map", "{map}", "--local-nodes", "2", "--address", "auto"],
+     "give one or the other"),
+    (["--shard-map", "{map}", "--address", "auto", "--db", "x.db"],
+     "--db is a database on this machine"),
+    (["--shard-map", "{missing}", "--address", "auto"],
+     "cannot read --shard-map {missing}: No such file or directory"),
+    (["--shard-map", "{bad}", "--address", "auto"],
+     "--shard-map: {bad}: $.shards[0].name = 'A': must be 1-32 of a-z"),
+    (["--shard-map", "{notjson}", "--address", "auto"], "--shard-map: {notjson}: not JSON"),
+], ids=["no-address", "local-nodes", "local-nodes-and-address", "db", "missing", "bad",
+        "not-json"])
+def test_shard_map_usage_errors_are_one_line(monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: Path, args: list[str],
+                                             needle: str) -> None:
+    """Nothing starts: no Ray, no run (``run_live`` is never reached)."""
+    files = {"map": tmp_path / "shards.json", "missing": tmp_path / "absent.json",
+             "bad": tmp_path / "bad.json", "notjson": tmp_path / "notjson.json"}
+    files["map"].write_text('{"shards": [{"name": "s0", "path": "/nowhere/s0.db"}]}')
+    files["bad"].write_text('{"shards": [{"name": "A", "path": "a.db"}]}')
+    files["notjson"].write_text("shards:")
+    monkeypatch.setattr(run_display, "run_live", lambda *a: pytest.fail("ran"))
+    result = runner.invoke(app, ["run", *(a.format(**files) for a in args)])
+    assert result.exit_code == 2, result.output
+    _one_usage_line(result.output, needle.format(**files))
+
+
+def test_shard_map_usage_error_in_a_real_process(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "surfacelog.cli", "run", "--shard-map",
+                           str(tmp_path / "none.json")], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    _one_usage_line(proc.stderr, "--shard-map needs --address")
+    assert list(tmp_path.iterdir()) == []  # no database, no lock file
+
+
+def test_shard_map_run_reaches_the_cluster_with_the_map(monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path) -> None:
+    """The map is read once, here, and handed to the run; nothing is checked or
+    created on this machine's disk (the shard paths are the nodes')."""
+    seen: list[tuple[RunConfig, object]] = []
+
+    def run_live(cfg: RunConfig, shards: object = None) -> int:
+        seen.append((cfg, shards))
+        return 0
+
+    config = tmp_path / "shards.json"
+    config.write_text('{"shards": [{"name": "s0", "path": "/nowhere/s0.db", '
+                      '"resource": "surfacelog_shard_s0"}]}')
+    monkeypatch.setattr(run_display, "run_live", run_live)
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["run", "--address", "auto", "--shard-map", str(config)])
+    assert result.exit_code == 0, result.output
+    ((cfg, shards),) = seen
+    assert cfg.shard_map == config and cfg.db is None and cfg.stored_in == \
+        f"the shards of {config}"
+    assert shards == load_shard_map(config)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shards.json"]
+    assert ("Shard map", str(config)) in config_rows(cfg)
+    assert "Database" not in dict(config_rows(cfg))
 
 
 def test_node_down_defaults_to_two_seconds_when_chaos_is_on() -> None:
