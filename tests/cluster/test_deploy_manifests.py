@@ -486,9 +486,9 @@ def entrypoint_problems(job: Doc, cluster: Doc, configmap: Doc) -> list[str]:
     for opt, value in expected.items():
         if opt not in opts or opts[opt] != value:
             problems.append(f"entrypoint: {opt} is {opts.get(opt, '<missing>')!r}, not {value!r}")
-    shards = opts.get("--shards")
+    shards = opts.get("--shard-map")
     if shards is None:
-        return [*problems, "entrypoint: no --shards"]
+        return [*problems, "entrypoint: no --shard-map"]
     path = PurePosixPath(shards)
     head = cluster["spec"]["headGroupSpec"]["template"]
     cm_volumes = [v["name"] for v in head["spec"].get("volumes", [])
@@ -999,6 +999,10 @@ def replica_problems(shards: ShardMap, cluster: Doc) -> list[str]:
                             (ref.get("name"), ref.get("key")) != (REPLICA_SECRET, key):
                         problems.append(f"{group['groupName']}/{c['name']}: {name} is not "
                                         f"secretKeyRef {REPLICA_SECRET}/{key}")
+                    elif ref.get("optional") is not True:
+                        # A missing Secret would hold the pod in CreateContainerConfigError.
+                        problems.append(f"{group['groupName']}/{c['name']}: {name}'s "
+                                        f"secretKeyRef {REPLICA_SECRET} is not optional")
     return problems
 
 
@@ -1024,3 +1028,204 @@ def test_a_replica_mistake_is_found(shard_map: ShardMap) -> None:
     problems = replica_problems(shard_map, cluster) + replica_problems(shared, _one("RayCluster"))
     assert any("shard-s1/ray-worker: AWS_SECRET_ACCESS_KEY" in p for p in problems), problems
     assert any("share a replica" in p for p in problems), problems
+    required = _one("RayCluster")
+    worker = required["spec"]["workerGroupSpecs"][2]["template"]["spec"]["containers"][0]
+    for entry in worker["env"]:
+        entry.get("valueFrom", {}).get("secretKeyRef", {}).pop("optional", None)
+    assert "shard-s2/ray-worker: AWS_ACCESS_KEY_ID's secretKeyRef surfacelog-replica-s3 " \
+        "is not optional" in replica_problems(shard_map, required)
+
+
+def test_pods_start_without_the_replica_secret() -> None:
+    """Every reference to the replica Secret is optional (else, without that Secret, the
+    shard pods sit in CreateContainerConfigError), and only the token's is required:
+    the one Secret every deployment creates."""
+    cluster, job = _one("RayCluster"), _one("RayJob")
+    refs = [(where, ref) for where, c in _ray_containers(cluster, job)
+            for e in c.get("env", []) for ref in [e.get("valueFrom", {}).get("secretKeyRef")]
+            if ref is not None]
+    required = {ref["name"] for _, ref in refs if not ref.get("optional")}
+    assert required == {_secret_command(_text(DEPLOY / "README.md"))[0]}
+    replica_refs = [where for where, ref in refs if ref["name"] == REPLICA_SECRET]
+    assert len(replica_refs) == 2 * len(_groups(cluster))
+
+
+# -- /dev/shm, the image's extras, the load job's command (issue 26) --------------------
+
+
+def shm_problems(cluster: Doc) -> list[str]:
+    """Every Ray pod (head and workers) mounts a memory-backed emptyDir at /dev/shm in
+    each container, sized within the container's memory limit: Ray's object store lives
+    there, and a container's own /dev/shm (64 MiB) would send it to disk."""
+    problems: list[str] = []
+    for where, template in _pod_templates(cluster):
+        memory = [v for v in template["spec"].get("volumes", [])
+                  if v.get("emptyDir", {}).get("medium") == "Memory"]
+        for c in _containers(template):
+            mounted = [v for v in memory if "/dev/shm" in [
+                m["mountPath"] for m in c.get("volumeMounts", []) if m["name"] == v["name"]]]
+            if len(mounted) != 1:
+                problems.append(f"{where}/{c['name']}: {len(mounted)} memory-backed "
+                                "emptyDir volumes at /dev/shm, not 1")
+                continue
+            size = mounted[0]["emptyDir"].get("sizeLimit")
+            limit = c.get("resources", {}).get("limits", {}).get("memory")
+            if size is None or limit is None or \
+                    _quantity("memory", size) >= _quantity("memory", limit):
+                problems.append(f"{where}/{c['name']}: /dev/shm sizeLimit {size} is not "
+                                f"below the memory limit {limit}")
+    return problems
+
+
+def test_every_ray_pod_has_a_memory_backed_dev_shm() -> None:
+    assert shm_problems(_one("RayCluster")) == []
+    cluster = _one("RayCluster")
+    head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
+    head["volumes"] = [v for v in head["volumes"] if "emptyDir" not in v]
+    worker = cluster["spec"]["workerGroupSpecs"][1]["template"]["spec"]
+    for volume in worker["volumes"]:
+        volume.get("emptyDir", {}).pop("medium", None)
+    problems = shm_problems(cluster)
+    assert "head/ray-head: 0 memory-backed emptyDir volumes at /dev/shm, not 1" in problems
+    assert "shard-s1/ray-worker: 0 memory-backed emptyDir volumes at /dev/shm, not 1" \
+        in problems
+    assert len(problems) == 2, problems
+
+
+_PIP_INSTALL: Final = re.compile(r'pip install [^\n]*?"?/tmp/surfacelog-src(?:\[([\w,-]+)\])?"?')
+
+
+def image_extras(dockerfile: str) -> set[str]:
+    """The extras the image's ``pip install`` of the project names."""
+    m = _PIP_INSTALL.search(dockerfile)
+    assert m, "deploy/Dockerfile does not pip install /tmp/surfacelog-src"
+    return set(m[1].split(",")) if m[1] else set()
+
+
+def _installed_with(extras: set[str]) -> set[str]:
+    """The distributions ``pip install .[extras]`` brings, by normalised name: the
+    project's dependencies and those of ``extras`` (as the installed project's metadata
+    declares them, from pyproject.toml), and theirs, as this environment's installed
+    metadata declares them (a dependency's extras included when asked for)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    todo: list[tuple[Requirement, set[str]]] = [(Requirement("surfacelog"), extras)]
+    seen: set[tuple[str, frozenset[str]]] = set()
+    names: set[str] = set()
+    while todo:
+        req, wanted_extras = todo.pop()
+        key = (canonicalize_name(req.name), frozenset(wanted_extras))
+        if key in seen:
+            continue
+        seen.add(key)
+        names.add(key[0])
+        try:
+            requires = metadata.requires(req.name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for text in requires:
+            sub = Requirement(text)
+            if sub.marker is None or any(sub.marker.evaluate({"extra": e})
+                                         for e in ("", *wanted_extras)):
+                todo.append((sub, set(sub.extras)))
+    names.discard("surfacelog")
+    return names
+
+
+def _third_party_imports(folder: Path) -> set[str]:
+    """The top-level modules imported by the Python files of ``folder`` that are neither
+    the standard library's nor surfacelog's."""
+    import ast
+    import sys
+
+    found: set[str] = set()
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+    return {m for m in found if m not in sys.stdlib_module_names and m != "surfacelog"}
+
+
+def test_the_image_installs_the_gateway_so_serve_runs_in_it() -> None:
+    """``surfacelog serve`` (the gateway) runs in the image: it installs the [gateway]
+    extra, whose requirements cover every package the gateway imports, and the build
+    fails unless the gateway imports."""
+    from importlib import metadata
+
+    from packaging.utils import canonicalize_name
+
+    dockerfile = _text(DEPLOY / "Dockerfile")
+    extras = image_extras(dockerfile)
+    assert "gateway" in extras, extras
+    providers = metadata.packages_distributions()
+    imported = {canonicalize_name(dist) for module in
+                _third_party_imports(ROOT / "surfacelog" / "gateway")
+                for dist in providers.get(module, [module])}
+    assert imported - _installed_with(extras) == set()
+    # ... which the project alone would not: the test would catch the extra's removal.
+    assert {"fastapi", "uvicorn"} <= imported - _installed_with(set())
+    assert "import fastapi, uvicorn, surfacelog.gateway.app" in dockerfile
+    assert "surfacelog serve --help" in dockerfile
+    assert image_extras('RUN pip install --no-cache-dir /tmp/surfacelog-src \\') == set()
+
+
+def _cli_run_commands(text: str) -> list[list[str]]:
+    """Every ``surfacelog run ...`` command line of ``text`` (a shell command, a YAML
+    folded entrypoint), as the shell splits it."""
+    out = []
+    for m in re.finditer(r"surfacelog run (?:[^'`\n]|\n(?!\s*\n))*", text):
+        words = shlex.split(m[0].replace("\\\n", " "))
+        out.append(words)
+    return out
+
+
+def parsed_run(argv: list[str], map_file: Path, monkeypatch: pytest.MonkeyPatch
+               ) -> tuple[int, str, list[Any]]:
+    """``argv`` (``surfacelog run ...``) through the real command line, with the
+    shard map it names (``--shard-map PATH``, a path of the pods or hosts) replaced by
+    ``map_file`` and the run itself replaced by a recorder: its exit status, output, and
+    what reached the run."""
+    from typer.testing import CliRunner
+
+    from surfacelog.cli import app, run_display
+
+    seen: list[Any] = []
+    monkeypatch.setattr(run_display, "run_live", lambda *args: seen.append(args) or 0)
+    args = [str(map_file) if k and argv[k] == "--shard-map" else a
+            for k, a in enumerate(argv[1:])]
+    result = CliRunner().invoke(app, args)
+    return result.exit_code, result.output, seen
+
+
+def test_the_shipped_load_commands_are_accepted_by_surfacelog_run(
+        shard_map: ShardMap, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The RayJob's entrypoint and deploy/README.md's bare-metal command go through
+    ``surfacelog run``'s real option parsing and reach the run with the shard map they
+    name (the ConfigMap's, or the bare-metal one); the same command is what
+    tests/cluster/test_run_shard_map.py runs against a real multi-node cluster."""
+    config = tmp_path / SHARDS_KEY
+    config.write_text(_one("ConfigMap")["data"][SHARDS_KEY], encoding="utf-8")
+    (entrypoint,) = _cli_run_commands(_one("RayJob")["spec"]["entrypoint"])
+    readme_commands = _cli_run_commands(_text(DEPLOY / "README.md"))
+    assert readme_commands, "deploy/README.md shows no `surfacelog run` command"
+    bare = tmp_path / "bare" / SHARDS_KEY
+    bare.parent.mkdir()
+    bare.write_bytes((DEPLOY / "shards.bare-metal.json").read_bytes())
+    for argv, map_file, shards in [(entrypoint, config, shard_map),
+                                   *((c, bare, load_shard_map(bare)) for c in readme_commands)]:
+        status, output, seen = parsed_run(argv, map_file, monkeypatch)
+        assert status == 0, (argv, output)
+        ((cfg, passed),) = seen
+        assert cfg.shard_map == map_file and passed == shards, argv
+        # On the head (or a bare-metal head), Ray's own address; in "what was run
+        # here", the test cluster's.
+        assert cfg.address in ("auto", "ADDRESS"), argv
+    # What the old command did: --shards is run's shard count, not a file.
+    old = [a.replace("--shard-map", "--shards") for a in entrypoint]
+    status, output, seen = parsed_run(old, config, monkeypatch)
+    assert status == 2 and seen == [] and "Invalid value for '--shards'" in output
