@@ -20,6 +20,7 @@ SERIAL_GROUPS: dict[str, tuple[str, ...]] = {
         "tests/cluster/test_disk_loss_restore.py",
         "tests/cluster/test_load_run_multinode.py",
         "tests/cluster/test_run_shard_map.py",
+        "tests/cluster/test_operator_path.py",
         "tests/benchmarks/test_bench_cluster.py",
     ),
 }

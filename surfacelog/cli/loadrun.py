@@ -188,9 +188,10 @@ def _merge(parts: list[DriverProgress]) -> DriverProgress:
 
 
 CLUSTER_RETRY_FOR_S = 5.0
-"""The retry window of the run's own actors on a local cluster: a request whose shard's
-node is lost is refused with ``ShardUnavailable`` (counted, then sent again) after this
-long instead of ``Client.retry_for_s``'s 30 s, so that the report sees the outage."""
+"""The retry window of the run's own actors on a multi-node cluster (``--local-nodes``,
+``--shard-map``): a request whose shard's node is lost is refused with
+``ShardUnavailable`` (counted, then sent again) after this long instead of
+``Client.retry_for_s``'s 30 s, so that the report sees the outage."""
 
 
 async def run_workload(cfg: RunConfig,
@@ -236,6 +237,13 @@ async def run_workload(cfg: RunConfig,
         # shards it hosts, never the actors that drive and measure them.
         opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
             cluster.head_node_id, soft=False)
+        retry_for_s = CLUSTER_RETRY_FOR_S
+    elif shards is not None:
+        # On this driver's own node (a KubeRay RayJob's driver runs on the head, which
+        # holds no shard): a shard node lost takes its shards, never the run's actors,
+        # which would otherwise land on any node, a shard's among them.
+        opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=False)
         retry_for_s = CLUSTER_RETRY_FOR_S
     compactor = RemoteCompactor.options(**opts).remote(
         hosting, retry_for_s, compact_at=cfg.compact_at, prune_over=cfg.prune_over,
