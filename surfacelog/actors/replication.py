@@ -40,7 +40,7 @@ import msgspec
 import psutil
 
 from surfacelog.actors.retry import Backoff
-from surfacelog.store.backends import store_backend
+from surfacelog.store.backends import node_backend, store_backend
 from surfacelog.store.base import EventStore
 from surfacelog.store.errors import ReplicaError, StoreError
 from surfacelog.store.replica import (
@@ -248,7 +248,9 @@ def shard_writer_parts(shard: Shard, options: dict[str, Any]) -> tuple[Any, Repl
     is a directory."""
     plan = ReplicaPlan.of(shard)
     if plan is None:
-        return store_backend(shard.path, **options), None
+        # Chosen on the writer's node: the client building this (a cluster's driver)
+        # may have no such path, and must not look at its own disk for it.
+        return node_backend(shard.path, **options), None
     if Path(shard.path).is_dir():
         raise ReplicaError(f"shard {shard.name!r}: {shard.path} is a directory (a DSH "
                            f"sessions root); Litestream replicates a SQLite file only")

@@ -450,3 +450,27 @@ async def test_a_killed_restore_leaves_nothing_behind_the_next_one(tmp_path: Pat
     finally:
         live.kill()
         live.wait()
+
+
+async def test_a_writers_backend_is_chosen_where_it_opens(tmp_path: Path) -> None:
+    """A shard without a replica: its writer's opener is built by the client (on a
+    cluster, the driver, which may have no such path) and chooses the backend only when
+    the writer calls it, on the node: a path that becomes a DSH sessions root after the
+    opener was built opens as one, a missing one as a new SQLite file."""
+    import pickle
+
+    from surfacelog.actors.replication import shard_writer_parts
+    from surfacelog.store.dsh_root import DshRootEventStore
+    from surfacelog.store.sqlite import SqliteEventStore
+
+    root = tmp_path / "node" / "sessions"
+    as_root, _ = shard_writer_parts(Shard("s0", str(root)), {})
+    as_file, _ = shard_writer_parts(Shard("s1", str(tmp_path / "s1.db")), {})
+    assert not (tmp_path / "node").exists() and not (tmp_path / "s1.db").exists()
+    root.mkdir(parents=True)  # the node's disk, as the writer finds it
+    for opener, kind in ((as_root, DshRootEventStore), (as_file, SqliteEventStore)):
+        store = await pickle.loads(pickle.dumps(opener))()
+        try:
+            assert isinstance(store, kind)
+        finally:
+            await store.close()
