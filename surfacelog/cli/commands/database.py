@@ -96,7 +96,6 @@ def export(db: DbArg = None,
     store cannot be opened, the output is refused, on a usage error or a bad shard
     configuration.
     """
-    shards = shard_map_file("export", map_file, shards)
     import asyncio
 
     from surfacelog.cli.errors import OutputError
@@ -104,6 +103,7 @@ def export(db: DbArg = None,
     from surfacelog.store.jsonl import export_session
     from surfacelog.store.shardset import ShardedStores
 
+    shards = shard_map_file("export", map_file, shards)
     if (shards is not None and session is None and db is not None
             and not _is_sqlite(Path(db))):
         db, session = None, db
@@ -174,13 +174,13 @@ def import_(db: DbArg = None,
     be read or is not JSONL or the store cannot be opened, on a usage error or a bad
     shard configuration.
     """
-    shards = shard_map_file("import", map_file, shards)
     from contextlib import aclosing
 
     from surfacelog.store.dsh_sources import is_dsh_database
     from surfacelog.store.importing import ImportOptions, StoreTarget, import_sources
     from surfacelog.store.shardset import ShardedStores
 
+    shards = shard_map_file("import", map_file, shards)
     paths = list(files or [])
     if shards is not None and db is not None:
         if _is_sqlite(Path(db)) and not is_dsh_database(Path(db)):
@@ -287,11 +287,11 @@ def verify(db: DbArg = None, map_file: ShardMapOpt = None,
     store cannot be opened (missing, foreign, another version, truncated), on a usage
     error or a bad shard configuration.
     """
-    shards = shard_map_file("verify", map_file, shards)
     from surfacelog.cli.render import echo
     from surfacelog.store.errors import StoreError
     from surfacelog.store.verify import verify_store
 
+    shards = shard_map_file("verify", map_file, shards)
     shard_map = either("verify", db, shards)
     if shard_map is not None:
         raise typer.Exit(_verify_shards(shard_map))
@@ -433,7 +433,6 @@ def digest(db: DbArg = None, json: JsonOpt = False, map_file: ShardMapOpt = None
     ``--shard-map``, a shard file cannot be opened), 2 when the store cannot be opened
     (missing, foreign, another version, truncated), on a usage error or a bad shard
     configuration."""
-    shards = shard_map_file("digest", map_file, shards)
     import asyncio
 
     import msgspec
@@ -445,6 +444,7 @@ def digest(db: DbArg = None, json: JsonOpt = False, map_file: ShardMapOpt = None
     from surfacelog.store.digests import shard_digests, store_digest_report
     from surfacelog.store.errors import StoreError
 
+    shards = shard_map_file("digest", map_file, shards)
     shard_map = either("digest", db, shards)
     if shard_map is None:
         assert db is not None
@@ -514,13 +514,13 @@ def inspect(db: DbArg = None,
     Exit 1 when the session is missing or unreadable (or one of the table's), or a
     shard file cannot be opened, 2 when the store cannot be opened (missing, foreign,
     another version, truncated), on a usage error or a bad shard configuration."""
-    shards = shard_map_file("inspect", map_file, shards)
     from rich.console import Console
 
     from surfacelog.cli.inspection import inspect_db, inspect_shards
     from surfacelog.cli.render import echo
     from surfacelog.store.errors import StoreError
 
+    shards = shard_map_file("inspect", map_file, shards)
     if shards is not None and db is not None:
         if session is not None or _is_sqlite(Path(db)):
             raise usage("inspect", "give either DB or --shard-map FILE, not both")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from surfacelog.cli.common import ShardMapOpt, ShardsAliasOpt, shard_map_file, usage
+from surfacelog.cli.common import ShardsAliasOpt, shard_map_file, usage
 
 
 def register(app: typer.Typer) -> None:
@@ -18,7 +18,10 @@ def register(app: typer.Typer) -> None:
 def serve(db: Annotated[str | None, typer.Option(
               "--db", metavar="FILE", show_default=False,
               help="SQLite store file (default surfacelog.db)")] = None,
-          map_file: ShardMapOpt = None,
+          map_file: Annotated[Path | None, typer.Option(
+              "--shard-map", metavar="FILE", show_default=False,
+              help="shard map (JSON) to serve instead of --db: each shard's writer runs "
+                   "on the node its resource names")] = None,
           shards: ShardsAliasOpt = None,
           host: Annotated[str, typer.Option("--host", help="address to listen on")
                           ] = "127.0.0.1",
