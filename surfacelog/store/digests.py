@@ -1,4 +1,5 @@
-"""Replay digests of every stored session: what a fresh process reads back."""
+"""Replay digests of every stored session: what a store reads back (a fresh process's
+read-only open, or a shard's writer on its own node: ``replay_store``)."""
 
 from __future__ import annotations
 
