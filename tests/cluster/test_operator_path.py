@@ -19,6 +19,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -117,8 +118,11 @@ def check(report: dict[str, Any], cluster: OperatorCluster, left: list[str],
     assert cluster.restarts == kills
     # The killed shard's requests were refused while its node was down, and sent again.
     assert report["unavailable"] + report["outage_retries_other"] + report["resent"] > 0
-    # Every process of the cluster stopped at the end, none of them by force.
+    # Every process of the cluster stopped at the end, none of them by force, and it
+    # never became the machine's "current" Ray (what a bare `ray.init()` joins).
     assert left == [] and cluster.still_running() == []
+    current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+    assert not current.exists() or cluster.address not in current.read_text()
     for folder in cluster.shards.values():
         assert (folder / "surfacelog.db").is_file()
 

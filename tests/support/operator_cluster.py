@@ -17,10 +17,12 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,12 @@ class OperatorCluster:
         self.token = root / "auth_token"
         self.token.write_text(secrets.token_hex(32))
         self.token.chmod(0o600)
+        # Ray's session files, sockets and "current cluster" file in a folder of this
+        # cluster's own: under the default /tmp/ray, `ray start --head` would make it
+        # the cluster that any `ray.init()` on this machine joins (other users' too).
+        # Short, beside root rather than under it: Unix socket paths are limited to
+        # 107 bytes.
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="sl-ray-"))
         self.nodes: dict[str, subprocess.Popen[bytes]] = {}
         self.seen: dict[int, psutil.Process] = {}
         """Every process of the cluster seen so far, by pid (see ``_note``)."""
@@ -93,7 +101,7 @@ class OperatorCluster:
         ports = ["--dashboard-agent-listen-port", "--metrics-export-port",
                  "--runtime-env-agent-port", "--dashboard-agent-grpc-port"]
         argv = [RAY, "start", "--block", "--node-ip-address=127.0.0.1",
-                "--disable-usage-stats", *args,
+                "--disable-usage-stats", f"--temp-dir={self.temp_dir}", *args,
                 *(f"{option}={free_port()}" for option in ports)]
         log = (self.root / f"{name}.log").open("ab")
         self.nodes[name] = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log,
@@ -195,6 +203,7 @@ class OperatorCluster:
                 proc.kill()
             except psutil.NoSuchProcess:
                 continue
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
         return left
 
     def still_running(self) -> list[Any]:
