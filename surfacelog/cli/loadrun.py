@@ -41,6 +41,7 @@ from surfacelog.actors.protocol import failure_line
 from surfacelog.actors.retry import Backoff, through_restarts
 from surfacelog.actors.script import ScriptConfig
 from surfacelog.cli.localcluster import LocalCluster, disk_chaos, node_chaos, shard_files
+from surfacelog.cli.nodewatch import NodeWatch
 from surfacelog.cli.runmodel import NodeKill, RunConfig, RunResult, Sample
 from surfacelog.gateway.auth import AuthConfig, parse_grants
 from surfacelog.gateway.deployment import start_gateway, stop_gateway
@@ -283,6 +284,14 @@ async def run_workload(cfg: RunConfig,
         node_chaos_task = asyncio.ensure_future(disk_chaos(
             cluster, dict(client.writers), cfg.kill_disk_every_s, cfg.node_down,
             cfg.seed, _prober(client, ids), done, node_kills))
+    watch: NodeWatch | None = None
+    watch_task = None
+    if cluster is not None or cfg.address is not None:
+        # A node lost without the chaos removing it (a raylet killed from outside, a
+        # machine gone) is found in Ray's node table and named in the report.
+        watch = NodeWatch(hosting.shards,
+                          lambda: {kill.node_id for kill in node_kills if kill.node_id})
+        watch_task = asyncio.ensure_future(watch.run(done, ray.nodes))
     shares = [ids[k::n_drivers] for k in range(n_drivers)]
     cstats, pstats = CompactorStats(), CompactorStats()
     size = 0
@@ -297,6 +306,8 @@ async def run_workload(cfg: RunConfig,
             kills = await _outcome(chaos, "actor chaos", 0, broken)
             if node_chaos_task is not None:
                 await _outcome(node_chaos_task, "node chaos", None, broken)
+            if watch_task is not None:
+                await _outcome(watch_task, "node watch", None, broken)
             stopped = await asyncio.gather(compactor.stop.remote(), pruner.stop.remote(),
                                            return_exceptions=True)
             samples: list[Sample] = await _outcome(poller, "progress polling", [],
@@ -312,23 +323,30 @@ async def run_workload(cfg: RunConfig,
                               f"{_describe(got)}"[:300])
         wall = time.time() - started
         cpu_s = None if cpu_before is None else cpu_spent(cpu_before, cpu_by_process())
-        try:
-            # Flush before reading the live state: a session whose buffered writes
-            # failed reports it here and reloads from the store, so what is read next is
-            # what survived, and the failure is counted instead of showing up as a
-            # mismatch.
-            write_failures = await flush_sessions(client, ids)
-            live = await live_digests(client, ids)
-            journal = await client.writer_stats()
-            write_failures += await client.passivate_all()
-            # Each shard's writer replays its committed sessions on its own node: the
-            # files are never opened here (on a cluster they are not on this machine).
-            replayed = Replayed(await client.replay_digests())
-            size = replayed.disk_bytes
-            problems += replayed.problems + replayed.misplaced(hosting.shards)
-            problems += compare(live, replayed.digests)
-        except Exception as exc:  # e.g. a node lost meanwhile: reported, never raised
-            broken.append(f"verification could not complete: {_describe(exc)}")
+        lost_shards = [] if watch is None else [
+            loss for loss in watch.losses if loss.unrecovered()]
+        broken += [f"{loss.describe(started)}; shard(s) {', '.join(loss.unrecovered())} "
+                   f"not verified" for loss in lost_shards]
+        # A shard whose node was lost and did not come back cannot be replayed by its
+        # writer: the run claims nothing about it (each is in ``broken`` already).
+        if not lost_shards:
+            try:
+                # Flush before reading the live state: a session whose buffered writes
+                # failed reports it here and reloads from the store, so what is read next is
+                # what survived, and the failure is counted instead of showing up as a
+                # mismatch.
+                write_failures = await flush_sessions(client, ids)
+                live = await live_digests(client, ids)
+                journal = await client.writer_stats()
+                write_failures += await client.passivate_all()
+                # Each shard's writer replays its committed sessions on its own node: the
+                # files are never opened here (on a cluster they are not on this machine).
+                replayed = Replayed(await client.replay_digests())
+                size = replayed.disk_bytes
+                problems += replayed.problems + replayed.misplaced(hosting.shards)
+                problems += compare(live, replayed.digests)
+            except Exception as exc:  # e.g. a node lost meanwhile: reported, never raised
+                broken.append(f"verification could not complete: {_describe(exc)}")
     finally:
         for actor in (*drivers, compactor, pruner):
             ray.kill(actor)
@@ -354,7 +372,8 @@ async def run_workload(cfg: RunConfig,
                      cpu_s, shard_nodes=shard_nodes, shard_map=shard_map_file,
                      node_kills=node_kills,
                      auth_mode=None if cluster is None else cluster.auth_mode,
-                     incomplete=broken, actor_kill_times=kill_times, started_at=started)
+                     incomplete=broken, actor_kill_times=kill_times, started_at=started,
+                     node_losses=[] if watch is None else watch.losses)
 
 
 async def _drive(drivers: list[Any], shares: list[list[str]], turns: int, started: float,

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import ray
 from ray.exceptions import RayError
 
 from surfacelog.actors.client import local_ray_on_loopback
@@ -202,6 +203,18 @@ class LocalCluster:
         return self._cluster.add_node(num_cpus=1, resources=resources,
                                       include_dashboard=False)
 
+    def node_id_of(self, node: int) -> str:
+        """Ray's id (hex) of worker node ``node``. Raises ``KeyError`` when it is not up."""
+        node_id: str = self._workers[node].node_id
+        return node_id
+
+    def is_alive(self, node: int) -> bool:
+        """Whether Ray's node table says worker node ``node`` is alive (it may have been
+        lost without the run removing it: a raylet killed from outside)."""
+        node_id = self.node_id_of(node)
+        return any(entry["NodeID"] == node_id and entry["Alive"]
+                   for entry in ray.nodes())  # type: ignore[no-untyped-call]
+
     def remove_node(self, node: int, graceful: bool) -> None:
         """Stop worker node ``node``'s processes: with ``graceful``, a stop then a kill;
         without, at once (as a machine that loses power). Raises ``KeyError`` when it is
@@ -249,8 +262,13 @@ async def node_chaos(cluster: LocalCluster, every_s: float, down_s: float, seed:
     raises."""
 
     async def take_down(node: int) -> NodeKill:
+        # A node found already dead (lost outside the chaos, which the node watch
+        # reports) is removed as what it is, not "gracefully".
+        found_dead = not cluster.is_alive(node)
         kill = NodeKill(node=node, shards=cluster.shards_on(node),
-                        graceful=len(kills) % 2 == 0, lost_at=time.time())
+                        graceful=len(kills) % 2 == 0 and not found_dead,
+                        lost_at=time.time(), node_id=cluster.node_id_of(node),
+                        found_dead=found_dead)
         kills.append(kill)
         # Blocking calls on the event loop's (main) thread, as Ray's Node wants; the
         # drivers are actors of their own and go on meanwhile.
@@ -277,7 +295,7 @@ async def disk_chaos(cluster: LocalCluster, writers: dict[str, Any], every_s: fl
     async def take_down(node: int) -> NodeKill:
         names = cluster.shards_on(node)
         kill = NodeKill(node=node, shards=names, graceful=False, lost_at=time.time(),
-                        disk=True)
+                        disk=True, node_id=cluster.node_id_of(node))
         frozen = await _writer_processes([writers[name] for name in names])
         for pid in frozen:
             _signal(pid, signal.SIGSTOP)

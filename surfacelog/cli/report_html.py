@@ -153,6 +153,8 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("Run", "INCOMPLETE (see below)"))
     for line in report.get("chaos_not_performed", ()):
         rows.append(("WARNING: chaos asked, not performed", line))
+    for loss in report.get("nodes_lost_outside_chaos", ()):
+        rows.append(("WARNING: node lost, not by the run's chaos", _loss_line(loss)))
     if report["local_nodes"]:
         rec = report["recovery_s"]
         rows += [
@@ -173,6 +175,15 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("Shards (--shard-map)", f"{len(report['shards'])} of "
                      f"{report['shard_map']}, verified by their writers on their nodes"))
     return rows
+
+
+def _loss_line(loss: dict[str, Any]) -> str:
+    """``node 0123abcd4567 at 12.3 s: s1 back after 6.1 s, s2 never`` (a report's
+    ``nodes_lost_outside_chaos`` entry)."""
+    shards = ", ".join(f"{shard} never back" if back is None else
+                       f"{shard} back after {back} s"
+                       for shard, back in loss["back_after_s"].items()) or "no shard"
+    return f"node {loss['node_id'][:12]} at {loss['lost_s']} s: {shards}"
 
 
 def _per_second(times_ms: Sequence[float]) -> list[tuple[float, float]]:

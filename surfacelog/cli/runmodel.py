@@ -18,6 +18,7 @@ from surfacelog.actors.choices import AppendMode, Durability, Placement, Writer
 if TYPE_CHECKING:
     from surfacelog.actors.compactor import CompactorStats
     from surfacelog.actors.driver import DriverProgress
+    from surfacelog.cli.nodewatch import NodeLoss
     from surfacelog.session.digest import SessionDigest
 
 
@@ -277,6 +278,11 @@ class NodeKill:
     disk: bool = False
     """The node lost its disk too (``--kill-disk-every``): its shards were restored from
     their replicas."""
+    node_id: str | None = None
+    """Ray's id of the node removed (the node watch knows the run's own removals by it)."""
+    found_dead: bool = False
+    """The node was dead already when the chaos came to remove it (lost outside the
+    chaos: see ``RunResult.node_losses``)."""
 
 
 @dataclass
@@ -330,6 +336,8 @@ class RunResult:
     """Seconds since the start at which the actor chaos killed an actor."""
     started_at: float = 0.0
     """When the drivers started (epoch seconds): ``Sample.t`` counts from here."""
+    node_losses: list[NodeLoss] = field(default_factory=list)
+    """Nodes of the cluster lost without the run's chaos removing them (``nodewatch``)."""
 
     def recoveries(self) -> dict[str, list[float]]:
         """Per shard, for each node kill that took it: seconds from the node's loss to
@@ -398,7 +406,17 @@ class RunResult:
         return {"node": kill.node, "shards": kill.shards, "graceful": kill.graceful,
                 "remove_node_s": kill.removed_s, "add_node_s": kill.add_s,
                 "recovery_s": recovery, "probe_failures": kill.probe_failures,
-                "last_probe_error": kill.last_probe_error, "disk_lost": kill.disk}
+                "last_probe_error": kill.last_probe_error, "disk_lost": kill.disk,
+                "found_dead": kill.found_dead}
+
+    def _loss_entry(self, loss: NodeLoss) -> dict[str, Any]:
+        """One node lost outside the chaos: its id, when (seconds since the start), its
+        shards, and after how long each was offered again (``None``: never)."""
+        return {"node_id": loss.node_id, "lost_s": round(loss.lost_at - self.started_at, 3),
+                "shards": loss.shards,
+                "back_after_s": {shard: (None if shard not in loss.back_at else
+                                         round(loss.back_at[shard] - loss.lost_at, 3))
+                                 for shard in loss.shards}}
 
     def shard_report(self) -> dict[str, Any]:
         """Per shard: its node, events, events/s, append latency p50/p99 (ms), refusals
@@ -488,6 +506,8 @@ class RunResult:
                            "max": recovered[-1] if recovered else None,
                            "unrecovered": self.unrecovered()},
             "node_kill_log": [self._kill_entry(k) for k in self.node_kills[:50]],
+            "nodes_lost_outside_chaos": [self._loss_entry(loss)
+                                         for loss in self.node_losses[:50]],
             "unavailable": sum(s.unavailable for s in p.by_shard.values()),
             "outage_retries_other": sum(s.transient for s in p.by_shard.values()),
             "compactor_outage_skips": self.compactor.unavailable + self.pruner.unavailable,

@@ -8,18 +8,24 @@ only. The assertions read the run's JSON report and the shard files it leaves.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from typer.testing import CliRunner
 
 from surfacelog.cli import app, run_display
 from surfacelog.cli.localcluster import HEALTH_CHECKS, health_checks, make_shard_map, shard_files
-from surfacelog.store.shardmap import load_shard_map
+from surfacelog.store.shardmap import default_resource, load_shard_map
 
+from support import paths
 from support.cli_runs import CLUSTER_ENV, NODE_LOSS_ENV, cli, clis, run_report
 
 
@@ -102,6 +108,60 @@ def test_cluster_run_without_kills_reports_each_shard(tmp_path: Path) -> None:
     assert_shard_figures(report, ["s0", "s1"])
     assert {s["node"] for s in report["shards"].values()} == {0}
     assert all(s["node_kills"] == 0 for s in report["shards"].values())
+
+
+def _raylet_offering(root: psutil.Process, resource: str) -> psutil.Process | None:
+    """The raylet among ``root``'s descendants whose node offers ``resource``."""
+    for child in root.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            line = " ".join(child.cmdline())
+            if "raylet" in child.name() and f"{resource}," in line:
+                return child
+    return None
+
+
+def test_a_node_lost_outside_the_chaos_is_reported_and_its_shard_not_verified(
+        tmp_path: Path) -> None:
+    """No chaos asked; worker node 1's raylet is killed from outside once its shard
+    stores appends. The run finds the loss in Ray's node table, names the node, when,
+    and its shard (never back), gives that shard's sessions up after the outage budget,
+    and ends incomplete (exit 4) saying the shard was not verified: it claims nothing
+    about what that shard holds."""
+    db = tmp_path / "lost.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "surfacelog.cli", "run", "--db", str(db), "--json",
+         "--local-nodes", "2", "--shards", "2", "--sessions", "4", "--turns", "30",
+         "--outage-budget", "2"],
+        cwd=paths.REPO, env={**os.environ, **NODE_LOSS_ENV}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        wal = tmp_path / "lost.s1.db-wal"
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            # Past what creating the sessions writes: the agents are appending, and the
+            # run's node watch has read the node table with the node alive.
+            if wal.exists() and wal.stat().st_size > 64_000:
+                raylet = _raylet_offering(psutil.Process(proc.pid), default_resource("s1"))
+                if raylet is not None:
+                    raylet.kill()
+                    break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"the run ended or never wrote shard s1: {proc.communicate()}")
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 4, err[-3000:]
+    assert "Traceback" not in err
+    report = json.loads(out)
+    assert report["node_kills"] == 0
+    [loss] = report["nodes_lost_outside_chaos"]
+    assert loss["shards"] == ["s1"] and loss["back_after_s"] == {"s1": None}
+    assert 0 < loss["lost_s"] < report["wall_s"]
+    [why] = [line for line in report["incomplete"] if "not by the run's chaos" in line]
+    assert why.startswith(f"node {loss['node_id'][:12]} lost at ")
+    assert why.endswith("shard(s) s1 not verified")
+    assert report["verification"]["passed"] is False
 
 
 @pytest.mark.parametrize(("args", "problem"), [
