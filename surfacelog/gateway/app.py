@@ -484,9 +484,9 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
 
 
 def _document_limits(doc: dict[str, Any]) -> None:
-    """State in ``doc`` the limits the routes enforce in code (``ids.check_id``,
-    ``wire.batch_specs``), so that a client reading the document sends nothing it says
-    is valid and the server refuses."""
+    """State in ``doc`` the limits the routes enforce in code (``ids.check_id``, the
+    session's envelope checks) rather than in the body types, so that a client reading
+    the document sends nothing it says is valid and the server refuses."""
     session_id = {"type": "string", "pattern": ID_PATTERN, "minLength": 1,
                   "maxLength": MAX_ID_LENGTH}
     for operations in doc.get("paths", {}).values():
@@ -497,8 +497,6 @@ def _document_limits(doc: dict[str, Any]) -> None:
     schemas = doc["components"]["schemas"]
     for struct, field in (("CreateSession", "id"), ("ForkBody", "childId")):
         schemas[struct]["properties"][field]["anyOf"] = [session_id, {"type": "null"}]
-    schemas["AppendBatch"]["properties"]["events"].update(minItems=1,
-                                                          maxItems=wire.MAX_BATCH)
     # ``shapes.check_envelope``: a type is a non-empty string, ``ignorable`` the literal
     # true; the marker's shape (rule 6.3) and provenance's elements (6.5) are fixed too.
     # (Which types exist, what their data holds, and which seqs a marker or provenance

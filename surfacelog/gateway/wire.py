@@ -10,10 +10,10 @@ body's JSON Schema for the OpenAPI document.
 from __future__ import annotations
 
 import re
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import msgspec
-from msgspec import UNSET, Struct, UnsetType
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 from surfacelog.gateway.errors import BadRequest
 from surfacelog.schema.codec import JSON_ENCODER
@@ -61,7 +61,9 @@ class AppendBatch(Struct, rename="camel", forbid_unknown_fields=True,
     first at ``expectedSeq`` when given (a retry of the same batch is answered with the
     events it logged, nothing appended twice)."""
 
-    events: list[EventSpec]
+    # The limit is the type's: decoding refuses an empty or oversized batch (400, at
+    # ``$.events``) and the JSON Schema states it (minItems, maxItems).
+    events: Annotated[list[EventSpec], Meta(min_length=1, max_length=MAX_BATCH)]
     expected_seq: int | None = None
 
 
@@ -275,9 +277,7 @@ def _with_integral_floats(body: bytes, kind: type[Any], error: msgspec.Validatio
 
 
 def batch_specs(batch: AppendBatch) -> list[AppendSpec]:
-    """The batch's specs. Raises ``BadRequest`` for an empty or oversized batch."""
-    if not batch.events or len(batch.events) > MAX_BATCH:
-        raise BadRequest(f"a batch has 1 to {MAX_BATCH} events (got {len(batch.events)})")
+    """The batch's specs (1 to ``MAX_BATCH``: its type's limit, checked by ``decode``)."""
     return [e.spec() for e in batch.events]
 
 
