@@ -323,13 +323,13 @@ async def run_workload(cfg: RunConfig,
                               f"{_describe(got)}"[:300])
         wall = time.time() - started
         cpu_s = None if cpu_before is None else cpu_spent(cpu_before, cpu_by_process())
-        lost_shards = [] if watch is None else [
+        unrecovered_losses = [] if watch is None else [
             loss for loss in watch.losses if loss.unrecovered()]
         broken += [f"{loss.describe(started)}; shard(s) {', '.join(loss.unrecovered())} "
-                   f"not verified" for loss in lost_shards]
+                   f"not verified" for loss in unrecovered_losses]
         # A shard whose node was lost and did not come back cannot be replayed by its
         # writer: the run claims nothing about it (each is in ``broken`` already).
-        if not lost_shards:
+        if not unrecovered_losses:
             try:
                 # Flush before reading the live state: a session whose buffered writes
                 # failed reports it here and reloads from the store, so what is read next is

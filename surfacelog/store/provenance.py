@@ -56,13 +56,9 @@ class SourceCheck(Struct, frozen=True):
     stored: int
     matches: bool
 
-    @property
-    def whole(self) -> bool:
-        """The session holds every event of its source as imported."""
-        return self.stored == self.events and self.matches
-
     def problem(self) -> str | None:
-        """One line saying how the session differs from its source; ``None`` when whole."""
+        """One line saying how the session differs from its source; ``None`` when it
+        holds every event of its source as imported."""
         if self.stored < self.events:
             return (f"cut short: imported from {self.source} with {self.events} events, "
                     f"only {self.stored} of them are stored")

@@ -50,8 +50,7 @@ async def verify_store(store: EventStore) -> tuple[int, list[VerifyFailure]]:
         except StoreError as exc:
             failures.append(VerifyFailure(info.id, None, f"cannot be read: {exc}"))
             continue
-        problem = None if check is None else check.problem()
-        if check is not None and problem is not None:
+        if check is not None and (problem := check.problem()) is not None:
             seq = check.stored if check.stored < check.events else None
             failures.append(VerifyFailure(info.id, seq, problem))
     return len(sessions), failures

@@ -59,8 +59,8 @@ async def test_an_import_is_recorded_and_verify_finds_it_whole(tmp_path: Path) -
     finally:
         await store.close()
     assert check is not None
-    assert (check.source, check.events, check.stored, check.whole) == (
-        str(source), length, length, True)
+    assert (check.source, check.events, check.stored, check.problem()) == (
+        str(source), length, length, None)
     assert await verified(db) == (2, [])
 
 
@@ -113,7 +113,7 @@ async def test_events_appended_after_the_import_are_not_the_source(tmp_path: Pat
         check = await store.check_source("s-1")
     finally:
         await store.close()
-    assert check is not None and check.whole and check.events == length
+    assert check is not None and check.problem() is None and check.events == length
     assert await verified(db) == (1, [])
 
 
