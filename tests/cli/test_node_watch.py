@@ -45,3 +45,54 @@ def test_the_runs_own_removals_and_nodes_never_seen_alive_are_not_losses() -> No
     assert watch.losses == [NodeLoss("head", 3.0, [])]
     assert watch.losses[0].describe(0.0) == (
         "node head lost at 3.0 s, not by the run's chaos: no shard of the run")
+
+
+class _Nodes:
+    """The part of ``LocalCluster`` the node chaos uses, over worker nodes 0 and 1 that
+    each hold one shard; ``dead`` are lost already (killed from outside)."""
+
+    nodes = 2
+
+    def __init__(self, dead: set[int]) -> None:
+        self.dead = dead
+        self.removed: list[tuple[int, bool]] = []
+
+    def shards_on(self, node: int) -> list[str]:
+        return [f"s{node}"]
+
+    def node_id_of(self, node: int) -> str:
+        return f"id-{node}"
+
+    def is_alive(self, node: int) -> bool:
+        return node not in self.dead
+
+    def remove_node(self, node: int, graceful: bool) -> None:
+        self.removed.append((node, graceful))
+
+    def add_node(self, node: int) -> None:
+        self.dead.discard(node)
+
+
+async def test_the_chaos_removes_a_node_found_dead_as_found_dead_never_gracefully() -> None:
+    """The first removal is a graceful one, but its node (whichever the seed picks) is
+    dead already: it is recorded ``found_dead`` and removed without grace; the next (the
+    seed picks the same node, back by then) is abrupt by turn. Each kill names its
+    node's Ray id, which the node watch takes for the run's own removal."""
+    import asyncio
+
+    from surfacelog.cli.localcluster import node_chaos
+    from surfacelog.cli.runmodel import NodeKill
+
+    cluster = _Nodes(dead={0, 1})
+    kills: list[NodeKill] = []
+    done = asyncio.Event()
+
+    async def probe(shard: str) -> None:
+        if len(kills) == 2:
+            done.set()
+
+    await asyncio.wait_for(node_chaos(cluster, 0.01, 0.0, 1, probe, done, kills),
+                           timeout=30)
+    assert [(k.graceful, k.found_dead) for k in kills] == [(False, True), (False, False)]
+    assert [k.node_id for k in kills] == [f"id-{k.node}" for k in kills]
+    assert cluster.removed == [(k.node, False) for k in kills]
