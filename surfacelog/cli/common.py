@@ -37,13 +37,6 @@ ShardMapOpt = Annotated[Path | None, typer.Option(
     "--shard-map", metavar="FILE", show_default=False,
     help="shard map (JSON) to use instead of DB: work over every shard's file, each of "
          "which must be readable from this machine")]
-ShardsAliasOpt = Annotated[Path | None, typer.Option(
-    "--shards", metavar="FILE", hidden=True, show_default=False,
-    help="deprecated name of --shard-map")]
-"""``--shards FILE``, the old name of ``--shard-map FILE`` on the commands that take a
-shard map file (not on ``run``, where ``--shards N`` is a count): still accepted, with a
-warning, and hidden from ``--help``. Merged by ``shard_map_file``."""
-
 LIMIT_OPTION = "--max-line-bytes"
 """The option that raises the line limit, named by a too-long line's message."""
 
@@ -54,19 +47,6 @@ def usage(command: str, problem: str) -> typer.Exit:
     """Print a one-line usage error for ``command``; the exit (status 2) to raise."""
     typer.echo(f"usage error: surfacelog {command}: {problem}", err=True)
     return typer.Exit(2)
-
-
-def shard_map_file(command: str, shard_map: Path | None, alias: Path | None
-                   ) -> Path | None:
-    """The file of ``--shard-map``, or of its deprecated alias ``--shards`` (with a
-    one-line warning on stderr). Exits 2 with a one-line message when both are given."""
-    if alias is None:
-        return shard_map
-    if shard_map is not None:
-        raise usage(command, "give --shard-map FILE once (--shards is its old name)")
-    typer.echo(f"surfacelog {command}: --shards FILE is deprecated: use --shard-map FILE",
-               err=True)
-    return alias
 
 
 def either(command: str, db: str | None, shards: Path | None) -> ShardMap | None:

@@ -497,20 +497,15 @@ def test_a_shard_map_file_is_named_shard_map_on_every_command(runner: CliRunner)
     assert type(run_shards.type).__name__ == "IntRange"  # a count, not a file
 
 
-def test_shards_file_is_still_accepted_with_a_warning(
-        sharded: tuple[Path, list[str]], runner: CliRunner) -> None:
-    config, ids = sharded
-    old = invoke(runner, "verify", "--shards", config)
-    assert old.exit_code == 0, old.output
-    assert "--shards FILE is deprecated: use --shard-map FILE" in old.stderr
-    assert f"{len(ids)} session(s) checked on 3 shard(s), 0 failed" in old.stdout
-    assert invoke(runner, "digest", "--shards", config, "--json").stdout == \
-        invoke(runner, "digest", "--shard-map", config, "--json").stdout
-    both = invoke(runner, "verify", "--shards", config, "--shard-map", config)
-    assert both.exit_code == 2
-    assert both.output.strip().splitlines() == [
-        "usage error: surfacelog verify: give --shard-map FILE once (--shards is its old "
-        "name)"]
+@pytest.mark.parametrize("command", SHARD_MAP_COMMANDS)
+def test_the_old_shards_file_option_is_a_usage_error(
+        sharded: tuple[Path, list[str]], runner: CliRunner, command: str) -> None:
+    """``--shard-map FILE`` is the one name of a shard map file (``run --shards N``
+    alone keeps ``--shards``, a count): the old name is refused, exit 2, no traceback."""
+    config, _ = sharded
+    old = invoke(runner, command, "--shards", config)
+    assert old.exit_code == 2, old.output
+    assert "No such option: --shards" in old.output and "Traceback" not in old.output
 
 
 def test_restore_needs_a_shard_map(tmp_path: Path, runner: CliRunner) -> None:

@@ -18,13 +18,11 @@ from surfacelog.cli.common import (
     LegacyOpt,
     MaxLineOpt,
     ShardMapOpt,
-    ShardsAliasOpt,
     either,
     fail,
     open_store,
     refuse_unsafe_output,
     run_on_store,
-    shard_map_file,
     usage,
 )
 from surfacelog.schema.limits import MAX_LINE_BYTES
@@ -69,7 +67,7 @@ def export(db: DbArg = None,
                metavar="SESSION", show_default=False, help="session id")] = None,
            output: Annotated[Path | None, typer.Option("-o", "--output",
                                                        help="write here, not stdout")] = None,
-           map_file: ShardMapOpt = None, shards: ShardsAliasOpt = None,
+           shards: ShardMapOpt = None,
            force: Annotated[bool, typer.Option(
                "--force", help="replace an existing output file (never a database)")
            ] = False,
@@ -103,7 +101,6 @@ def export(db: DbArg = None,
     from surfacelog.store.jsonl import export_session
     from surfacelog.store.shardset import ShardedStores
 
-    shards = shard_map_file("export", map_file, shards)
     if (shards is not None and session is None and db is not None
             and not _is_sqlite(Path(db))):
         db, session = None, db
@@ -143,8 +140,7 @@ def export(db: DbArg = None,
 def import_(db: DbArg = None,
             files: Annotated[list[Path] | None, typer.Argument(
                 metavar="FILE", show_default=False, help="JSONL session logs")] = None,
-            legacy: LegacyOpt = False, map_file: ShardMapOpt = None,
-            shards: ShardsAliasOpt = None,
+            legacy: LegacyOpt = False, shards: ShardMapOpt = None,
             max_line_bytes: MaxLineOpt = MAX_LINE_BYTES) -> None:
     """Store each JSONL log as a new session (its header line's id, else the file name
     without extension), after validating it through the core. Every DSH encoding is
@@ -180,7 +176,6 @@ def import_(db: DbArg = None,
     from surfacelog.store.importing import ImportOptions, StoreTarget, import_sources
     from surfacelog.store.shardset import ShardedStores
 
-    shards = shard_map_file("import", map_file, shards)
     paths = list(files or [])
     if shards is not None and db is not None:
         if _is_sqlite(Path(db)) and not is_dsh_database(Path(db)):
@@ -271,8 +266,7 @@ def _is_sqlite(path: Path) -> bool:
         return False
 
 
-def verify(db: DbArg = None, map_file: ShardMapOpt = None,
-           shards: ShardsAliasOpt = None) -> None:
+def verify(db: DbArg = None, shards: ShardMapOpt = None) -> None:
     """Reload every stored session through the full validation; print each failure by
     session and seq. With ``--shard-map FILE``: every session of every shard, reported per
     shard, then every id stored on more than one shard and every session stored on a
@@ -291,7 +285,6 @@ def verify(db: DbArg = None, map_file: ShardMapOpt = None,
     from surfacelog.store.errors import StoreError
     from surfacelog.store.verify import verify_store
 
-    shards = shard_map_file("verify", map_file, shards)
     shard_map = either("verify", db, shards)
     if shard_map is not None:
         raise typer.Exit(_verify_shards(shard_map))
@@ -353,10 +346,9 @@ def _verify_shards(shard_map: ShardMap) -> int:
 
 def restore(
     shard: Annotated[str, typer.Argument(metavar="SHARD", help="the shard's name")],
-    map_file: Annotated[Path | None, typer.Option(
+    shards: Annotated[Path | None, typer.Option(
         "--shard-map", metavar="FILE", show_default=False,
         help="shard map (JSON) naming the shard's replica [required]")] = None,
-    shards: ShardsAliasOpt = None,
     to: Annotated[Path | None, typer.Option(
         "--to", metavar="PATH", show_default=False,
         help="where to write the restored file (default: the shard's own path)")] = None,
@@ -386,7 +378,6 @@ def restore(
     from surfacelog.store.errors import LitestreamNotFound, ReplicaError, RestoreRefused
     from surfacelog.store.replica import restore as restore_replica
 
-    shards = shard_map_file("restore", map_file, shards)
     if shards is None:
         raise usage("restore", "missing option --shard-map FILE")
     shard_map = either("restore", None, shards)
@@ -419,8 +410,7 @@ def restore(
              f"(restore {report.restore_s:.2f} s, verification {report.verify_s:.2f} s)")
 
 
-def digest(db: DbArg = None, json: JsonOpt = False, map_file: ShardMapOpt = None,
-           shards: ShardsAliasOpt = None) -> None:
+def digest(db: DbArg = None, json: JsonOpt = False, shards: ShardMapOpt = None) -> None:
     """Replay every stored session and print its digest (length, nodes, generation,
     message ids, hash of the messages). ``run`` compares these with the live actors.
     With ``--shard-map FILE``: every shard's sessions, ordered by session id, each naming
@@ -444,7 +434,6 @@ def digest(db: DbArg = None, json: JsonOpt = False, map_file: ShardMapOpt = None
     from surfacelog.store.digests import shard_digests, store_digest_report
     from surfacelog.store.errors import StoreError
 
-    shards = shard_map_file("digest", map_file, shards)
     shard_map = either("digest", db, shards)
     if shard_map is None:
         assert db is not None
@@ -494,7 +483,7 @@ def inspect(db: DbArg = None,
             session: Annotated[str | None, typer.Argument(
                 metavar="SESSION", show_default=False, help="session id")] = None,
             at: Annotated[int | None, typer.Option("--at", help="as of this seq")] = None,
-            map_file: ShardMapOpt = None, shards: ShardsAliasOpt = None,
+            shards: ShardMapOpt = None,
             limit: Annotated[int | None, typer.Option(
                 "--limit", min=1, show_default=False,
                 help=f"with --shard-map: sessions per page (default {_PAGE})")] = None,
@@ -520,7 +509,6 @@ def inspect(db: DbArg = None,
     from surfacelog.cli.render import echo
     from surfacelog.store.errors import StoreError
 
-    shards = shard_map_file("inspect", map_file, shards)
     if shards is not None and db is not None:
         if session is not None or _is_sqlite(Path(db)):
             raise usage("inspect", "give either DB or --shard-map FILE, not both")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from surfacelog.cli.common import ShardsAliasOpt, shard_map_file, usage
+from surfacelog.cli.common import usage
 
 
 def register(app: typer.Typer) -> None:
@@ -18,11 +18,10 @@ def register(app: typer.Typer) -> None:
 def serve(db: Annotated[str | None, typer.Option(
               "--db", metavar="FILE", show_default=False,
               help="SQLite store file (default surfacelog.db)")] = None,
-          map_file: Annotated[Path | None, typer.Option(
+          shards: Annotated[Path | None, typer.Option(
               "--shard-map", metavar="FILE", show_default=False,
               help="shard map (JSON) to serve instead of --db: each shard's writer runs "
                    "on the node its resource names")] = None,
-          shards: ShardsAliasOpt = None,
           host: Annotated[str, typer.Option("--host", help="address to listen on")
                           ] = "127.0.0.1",
           port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8000,
@@ -45,7 +44,6 @@ def serve(db: Annotated[str | None, typer.Option(
     """
     from surfacelog.cli.serving import serve_gateway
 
-    shards = shard_map_file("serve", map_file, shards)
     if placement not in ("packed", "dedicated") or writer not in ("auto", "owner", "journal"):
         raise usage("serve", "--placement is packed or dedicated, --writer auto, owner "
                              "or journal")
