@@ -17,10 +17,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check surfacelog tests benchmarks
 	$(BIN)/mypy --strict surfacelog
 
-# Both cores: two workers, each with its own local Ray; the tests of one of
-# tests/conftest.py's SERIAL_GROUPS run on one worker, one after another.
+# Three workers on the two cores, each with its own local Ray: about a third of the
+# suite's time is waiting (outages, recoveries, child processes starting), which a
+# third worker fills (-n 2 took 374-419 s, -n 3 323 s, -n 4 447 s on this machine).
+# The tests of one of tests/conftest.py's SERIAL_GROUPS run on one worker, one after
+# another.
 # PYTEST_PARALLEL=-n0 runs the suite in this one process.
-PYTEST_PARALLEL ?= -n 2
+PYTEST_PARALLEL ?= -n 3
 PYTEST_REPORT ?= --durations=25
 
 test: lint

@@ -101,38 +101,40 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.quick:
         args.events, args.rounds = min(args.events, 30_000), min(args.rounds, 3)
     events, _ = generate_log(args.events)
-    workdir = Path(tempfile.mkdtemp(prefix="bench-dupkeys-"))
-    path = workdir / "log.jsonl"
-    path.write_bytes(codec.encode_log(SessionHeader(version=0, id="bench", created_at=1),
-                                      events))
-    lines = path.read_bytes().split(b"\n")[1:-1]
-    checked = codec._may_repeat_keys_in
+    # Its temporary folder (the log and the import's stores) goes when the run ends.
+    with tempfile.TemporaryDirectory(prefix="bench-dupkeys-") as tmp:
+        workdir = Path(tmp)
+        path = workdir / "log.jsonl"
+        path.write_bytes(codec.encode_log(SessionHeader(version=0, id="bench", created_at=1),
+                                          events))
+        lines = path.read_bytes().split(b"\n")[1:-1]
+        checked = codec._may_repeat_keys_in
 
-    def unchecked(doc: bytes, decoded: list[Event]) -> bool:
-        return False
+        def unchecked(doc: bytes, decoded: list[Event]) -> bool:
+            return False
 
-    counter = [0]
-    figures: dict[str, Any] = {"events": len(events), "bytes": path.stat().st_size}
-    for name, fn in (("read", lambda: _read(path)),
-                     ("import", lambda: _import(path, workdir, counter))):
-        on: list[float] = []
-        off: list[float] = []
-        for _ in range(args.rounds):
-            codec._may_repeat_keys_in = unchecked  # type: ignore[assignment]
-            off.append(_cpu(fn))
-            codec._may_repeat_keys_in = checked
-            on.append(_cpu(fn))
-        ratio = statistics.median(on) / statistics.median(off)
-        figures[name] = {"checked_s": on, "unchecked_s": off, "ratio": ratio}
-        print(f"{name:7s} {len(events):,} events: checked "
-              f"{', '.join(f'{t:.2f}' for t in on)} s CPU; unchecked "
-              f"{', '.join(f'{t:.2f}' for t in off)} s; median ratio {ratio:.3f}x")
-    steps = _block_steps(lines)
-    figures["block"] = steps
-    decode = steps["decode"]
-    print("its lines in blocks of 4,096, CPU (best of 3): " + ", ".join(
-        f"{name} {t:.3f} s ({t / decode:.2f}x decode)" for name, t in steps.items()))
-    return figures
+        counter = [0]
+        figures: dict[str, Any] = {"events": len(events), "bytes": path.stat().st_size}
+        for name, fn in (("read", lambda: _read(path)),
+                         ("import", lambda: _import(path, workdir, counter))):
+            on: list[float] = []
+            off: list[float] = []
+            for _ in range(args.rounds):
+                codec._may_repeat_keys_in = unchecked  # type: ignore[assignment]
+                off.append(_cpu(fn))
+                codec._may_repeat_keys_in = checked
+                on.append(_cpu(fn))
+            ratio = statistics.median(on) / statistics.median(off)
+            figures[name] = {"checked_s": on, "unchecked_s": off, "ratio": ratio}
+            print(f"{name:7s} {len(events):,} events: checked "
+                  f"{', '.join(f'{t:.2f}' for t in on)} s CPU; unchecked "
+                  f"{', '.join(f'{t:.2f}' for t in off)} s; median ratio {ratio:.3f}x")
+        steps = _block_steps(lines)
+        figures["block"] = steps
+        decode = steps["decode"]
+        print("its lines in blocks of 4,096, CPU (best of 3): " + ", ".join(
+            f"{name} {t:.3f} s ({t / decode:.2f}x decode)" for name, t in steps.items()))
+        return figures
 
 
 if __name__ == "__main__":

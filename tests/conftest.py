@@ -1,5 +1,5 @@
 """Shared fixtures: one local Ray per test process; how ``make test`` spreads the suite
-over two workers (pytest-xdist), and which tests share one."""
+over three workers (pytest-xdist), and which tests share one."""
 
 from __future__ import annotations
 
@@ -10,18 +10,18 @@ from typing import Any
 import pytest
 
 SERIAL_GROUPS: dict[str, tuple[str, ...]] = {
-    # Each starts several raylets of its own (ray.cluster_utils.Cluster or run
-    # --local-nodes): two at once on this 2-core machine would stretch every outage
-    # and recovery they time, so they run one after another on one worker while the
-    # other worker takes the rest of the suite.
+    # Each kills nodes, raylets or disks of a cluster of several raylets
+    # (ray.cluster_utils.Cluster, run --local-nodes, ray start) and waits for the
+    # recovery within a deadline: two at once on this 2-core machine would stretch every
+    # outage and recovery, so they run one after another on one worker while the other
+    # workers take the rest of the suite. The multi-node tests that kill nothing
+    # (test_run_shard_map.py, bench_cluster's smoke test) run wherever they fall.
     "multinode": (
         "tests/cluster/test_node_removed_and_added.py",
         "tests/cluster/test_colocation.py",
         "tests/cluster/test_disk_loss_restore.py",
         "tests/cluster/test_load_run_multinode.py",
-        "tests/cluster/test_run_shard_map.py",
         "tests/cluster/test_operator_path.py",
-        "tests/benchmarks/test_bench_cluster.py",
     ),
 }
 """Modules whose tests run on one worker, one after another, by group name. Named by
