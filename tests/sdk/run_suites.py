@@ -81,10 +81,13 @@ def fetch(cache: Path, suite: Suite) -> Path | None:
 
 
 def run(folder: Path, suite: Suite, backend: str, extra: list[str]) -> tuple[int, str]:
-    env = dict(os.environ, SURFACELOG_SDK_BACKEND=backend,
+    # Only the plugins the SDK's tests use: each of the three runs would otherwise load
+    # every pytest plugin of this venv first (schemathesis, hypothesis, xdist, ...),
+    # about 2 s of start-up each. A plugin they need and lack fails them loudly.
+    env = dict(os.environ, SURFACELOG_SDK_BACKEND=backend, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
                PYTHONPATH=os.pathsep.join(filter(None, [str(HERE),
                                                         os.environ.get("PYTHONPATH")])))
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "pytest_asyncio.plugin", "-p",
            "no:cacheprovider", "-p", suite.plugin, "-rfs", "--rootdir", str(folder),
            "-c", str(folder / "pyproject.toml"), *suite.files, *extra]
     proc = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True,
