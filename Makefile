@@ -5,6 +5,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install lint test test-sdk test-slow run bench clean
 
+# Python writes its bytecode caches (__pycache__/, git-ignored) even where the shell says
+# not to (PYTHONDONTWRITEBYTECODE): otherwise every process of a run compiles the package
+# again, each Ray worker and child surfacelog, and each xdist worker also rewrites the
+# test modules' asserts (4 s of CPU before its first test).
+export PYTHONDONTWRITEBYTECODE :=
+
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -26,12 +32,6 @@ lint: $(STAMP)
 PYTEST_PARALLEL ?= -n 3
 PYTEST_REPORT ?= --durations=25
 
-# Python writes its bytecode caches (__pycache__/, git-ignored) in the suite's run even
-# where the shell says not to (PYTHONDONTWRITEBYTECODE): otherwise every process of it
-# (each xdist worker, each Ray worker, each child surfacelog) compiles the package and
-# rewrites the test modules' asserts again, about 4 s of CPU per worker before its first
-# test, and again in every Ray worker and child process.
-test: export PYTHONDONTWRITEBYTECODE :=
 test: lint
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) $(PYTEST_REPORT) $(TESTS)
 
