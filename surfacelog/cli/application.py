@@ -10,6 +10,7 @@ command line naming a command builds the app with that command's group alone
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import sys
 from typing import Any, Final
@@ -70,7 +71,8 @@ def main() -> None:
     """Console-script entry point. Ctrl-C (once or repeatedly) ends every command but
     ``run`` (which reports what it did first) with ``surfacelog: interrupted`` on
     stderr and exit status 130, never a traceback."""
-    if sys.argv[1:2] != ["run"]:
+    handled = sys.argv[1:2] != ["run"]
+    if handled:
         signal.signal(signal.SIGINT, _on_interrupt)
     watched = _WatchedOutput(sys.stdout)
     sys.stdout = watched
@@ -86,6 +88,23 @@ def main() -> None:
         if watched.failed is None:
             raise
         _output_failed_exit(watched.failed)
+    finally:
+        if handled and not _interrupted:
+            signal.signal(signal.SIGINT, _on_late_interrupt)
+
+
+def _on_late_interrupt(signum: int, frame: object) -> None:
+    """A Ctrl-C after the command ended, while the interpreter shuts down: a
+    ``KeyboardInterrupt`` raised there is printed as "Exception ignored" with a
+    traceback. The command's output is flushed, then the process ends at once with
+    ``surfacelog: interrupted`` and status 130 (an exception of that flush is moot: the
+    process is ending on the user's request, and ``os._exit`` never hangs)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        sys.stdout.flush()
+    finally:
+        os.write(2, b"surfacelog: interrupted\n")
+        os._exit(130)
 
 
 class _WatchedOutput:

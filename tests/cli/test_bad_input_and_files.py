@@ -566,6 +566,33 @@ def test_ctrl_c_while_the_command_line_loads_is_one_line(tmp_path: Path) -> None
     assert interrupted, "no signal landed while the command ran"
 
 
+_AFTER_THE_COMMAND = """
+import os, signal, sys, time
+from surfacelog.cli.application import main
+sys.argv = ["surfacelog", "fold", sys.argv[1]]
+try:
+    main()
+except SystemExit as exc:
+    assert exc.code in (0, None), exc.code
+# The command has ended and printed; the Ctrl-C comes while the process winds down.
+os.kill(os.getpid(), signal.SIGINT)
+time.sleep(30)
+"""
+
+
+def test_ctrl_c_after_the_command_ended_is_one_line_and_keeps_its_output() -> None:
+    """A Ctrl-C that lands once the command is done (the interpreter shutting down)
+    ends the process at once: the output complete, one line, exit 130, no traceback
+    (it was "Exception ignored in threading._shutdown" and a traceback)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", _AFTER_THE_COMMAND, str(VALID[0])],
+                          env=env, capture_output=True, text=True, timeout=60)
+    alone = subprocess.run([sys.executable, "-m", "surfacelog.cli", "fold", str(VALID[0])],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (130, "surfacelog: interrupted\n")
+    assert alone.returncode == 0 and done.stdout == alone.stdout != ""
+
+
 def test_repeated_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
     # fold reads a pipe that a writer keeps feeding, so it is surely still reading when
     # the signals come, however fast the machine.
