@@ -24,6 +24,7 @@ The supervisor is a thread of the writer's process that owns the child process:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import ctypes.util
@@ -263,6 +264,14 @@ async def open_replicated(plan: ReplicaPlan, open_backend: Any) -> ReplicatedSto
 
     Raises the ``ReplicaError`` of a restore (the shard must not serve), the opener's
     errors, ``OSError``. Nothing keeps running when it raises."""
+    # A replicator of an earlier writer of this file may still be shipping (a writer
+    # that died sends its Litestream SIGTERM, and Litestream then ships what it holds):
+    # a restore reading the replica meanwhile would miss what it ships next, and this
+    # writer's replicator would then write over the same transaction ids, so that a
+    # later restore mixes pages of both (a restored file that does not load). It is
+    # ended, its last shipment done, before the replica is read.
+    config = str(plan.config_path)
+    await asyncio.to_thread(_end, litestream_processes(config), STOP_TIMEOUT_S)
     await restore_if_missing(plan)
     store: EventStore = await open_backend()
     try:

@@ -19,6 +19,7 @@ import msgspec
 import psutil
 import pytest
 
+from surfacelog.actors import replication
 from surfacelog.actors.replication import (
     LitestreamSupervisor,
     litestream_processes,
@@ -189,6 +190,49 @@ async def test_a_missing_file_is_restored_before_the_store_opens(tmp_path: Path)
     # What was written after the restore is replicated too.
     report = await restore(plan.replica, tmp_path / "again.db")
     assert report is not None and report.sessions == 4
+
+
+_SHIPS_WHEN_TERMINATED = """
+import signal, sys, time
+def last_shipment(*_):
+    time.sleep(0.3)  # as Litestream ships what it holds on SIGTERM
+    sys.exit(0)
+signal.signal(signal.SIGTERM, last_shipment)
+print("running", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+async def test_an_earlier_writers_replicator_ends_before_the_replica_is_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer opening a lost shard first ends the replicator an earlier writer left
+    running on its configuration (dying writers send theirs SIGTERM, and it ships its
+    last frames then): the restore reads the replica only once that one has exited."""
+    plan = _plan(tmp_path)
+    Path(plan.db).parent.mkdir(parents=True)
+    left = subprocess.Popen([sys.executable, "-c", _SHIPS_WHEN_TERMINATED, "replicate",
+                             "-config", str(plan.config_path)], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert left.stdout is not None and left.stdout.readline() == "running\n"
+        assert [p.pid for p in litestream_processes(str(plan.config_path))] == [left.pid]
+        alive_at_restore = []
+        real_restore = replication.restore_if_missing
+
+        async def restore_watched(p: ReplicaPlan) -> object:
+            alive_at_restore.append(psutil.pid_exists(left.pid) and left.poll() is None)
+            return await real_restore(p)
+
+        monkeypatch.setattr(replication, "restore_if_missing", restore_watched)
+        opened = await open_replicated(plan, sqlite_backend(plan.db, **replicated_options({})))
+        await opened.store.close()
+        opened.supervisor.stop()
+        assert alive_at_restore == [False]
+    finally:
+        if left.poll() is None:
+            left.kill()
+            left.wait()
 
 
 async def test_a_stale_wal_beside_a_missing_file_is_refused(tmp_path: Path) -> None:
