@@ -60,11 +60,11 @@ def ray_local() -> Iterator[None]:
     from surfacelog.actors.client import init_ray
 
     # A new local Ray on loopback, never a cluster another process left running. Its
-    # workers report their metrics every second (Ray's floor; 10 s by default), so the
-    # metrics test finds what it recorded without waiting out the default interval.
+    # workers report their metrics at Ray's default interval (10 s): at 1 s, every
+    # process of the three workers' Rays reported ten times as often all through the
+    # suite, about 15-25 s of CPU, while only the metrics test waits for a report.
     init_ray(None, num_cpus=2, include_dashboard=False, log_to_driver=False,
-             configure_logging=False,
-             _system_config={"metrics_report_interval_ms": 1000})
+             configure_logging=False)
     try:
         yield
     finally:
