@@ -23,12 +23,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check surfacelog tests benchmarks
 	$(BIN)/mypy --strict surfacelog
 
-# Three workers on the two cores, each with its own local Ray: about a third of the
-# suite's time is waiting (outages, recoveries, child processes starting), which a
-# third worker fills (-n 2 took 374-419 s, -n 3 323 s, -n 4 447 s on this machine).
-# The tests of one of tests/conftest.py's SERIAL_GROUPS run on one worker, one after
-# another.
-# PYTEST_PARALLEL=-n0 runs the suite in this one process.
+# Three workers on the two cores, each with its own local Ray. With two, the cores were
+# about 70% busy (the CPU of each worker's process tree against the run's wall time):
+# the rest was waiting on outages, recoveries and child processes starting, which a
+# third worker fills (91-99% busy, /proc/stat). Same machine: -n 2 took 374-419 s,
+# -n 3 314-335 s, -n 4 447 s (before the bytecode caches above). The tests of one of
+# tests/conftest.py's SERIAL_GROUPS run on one worker, one after another.
 PYTEST_PARALLEL ?= -n 3
 PYTEST_REPORT ?= --durations=25
 

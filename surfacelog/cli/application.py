@@ -56,6 +56,8 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 _interrupted = False
+_INTERRUPTED: Final = "surfacelog: interrupted\n"
+"""The one line a Ctrl-C ends a command with (exit status 130)."""
 
 
 def _on_interrupt(signum: int, frame: object) -> None:
@@ -103,7 +105,7 @@ def _on_late_interrupt(signum: int, frame: object) -> None:
     try:
         sys.stdout.flush()
     finally:
-        os.write(2, b"surfacelog: interrupted\n")
+        os.write(2, _INTERRUPTED.encode())
         os._exit(130)
 
 
@@ -166,7 +168,7 @@ def _interrupted_exit() -> None:
     ignored meanwhile."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        sys.stderr.write("surfacelog: interrupted\n")
+        sys.stderr.write(_INTERRUPTED)
         sys.stderr.flush()
     finally:
         raise SystemExit(130)
