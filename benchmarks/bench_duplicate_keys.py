@@ -10,7 +10,9 @@ counting), alternating, ``--rounds`` times each, in this one process. Prints the
 time (``time.process_time``) of each, their medians and the ratio with/without; and,
 over the log's lines in blocks of 4,096 (as the reader decodes them), what each step
 of the fast check costs beside msgspec's decoding of the blocks, and what parsing them
-again with ``object_pairs_hook`` (the exact check, the alternative) would cost.
+again with ``object_pairs_hook`` (the exact check, the alternative) would cost. Last,
+the gateway's side: a request body of a batch of 8 chunk events read by
+``gateway.wire.decode`` and by the msgspec decoding it wraps, alternating.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from surfacelog.schema.events import Event
 from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.header import SessionHeader
 from surfacelog.schema.jsonkeys import may_repeat_keys
+from surfacelog.store.sqlite.file_format import side_files
 
 
 def _cpu(fn: Callable[[], object]) -> float:
@@ -63,9 +66,8 @@ def _import(path: Path, workdir: Path, k: list[int]) -> None:
             await store.close()
 
     asyncio.run(run())
-    db.unlink()
-    for suffix in ("-wal", "-shm"):
-        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    for file in (db, *side_files(db)):
+        file.unlink()
 
 
 def _block_steps(lines: Sequence[bytes]) -> dict[str, float]:
@@ -90,6 +92,35 @@ def _block_steps(lines: Sequence[bytes]) -> dict[str, float]:
                                           for doc in docs],
         }
         return {name: min(_cpu(fn) for _ in range(3)) for name, fn in steps.items()}
+
+
+def _gateway_body(rounds: int, calls: int) -> dict[str, Any]:
+    """Microseconds per read of an 8-event batch body: ``wire.decode`` (the check: the
+    value encoded again and compared) against the decoding it wraps,
+    ``msgspec.json.decode(body, type=AppendBatch)`` (what it did before the check),
+    alternating ``rounds`` times, ``calls`` each."""
+    from surfacelog.gateway import wire
+
+    events = [{"type": "assistant/chunk", "data": {"text": "hello world " * 4, "index": k}}
+              for k in range(8)]
+    body = msgspec.json.encode({"events": events, "expectedSeq": 40})
+
+    def per_call(read: Callable[[], object]) -> float:
+        def all_calls() -> None:
+            for _ in range(calls):  # nothing kept: no new objects for the collector
+                read()
+        return 1e6 * _cpu(all_calls) / calls
+
+    on: list[float] = []
+    off: list[float] = []
+    for _ in range(rounds):
+        off.append(per_call(lambda: msgspec.json.decode(body, type=wire.AppendBatch)))
+        on.append(per_call(lambda: wire.decode(body, wire.AppendBatch)))
+    ratio = statistics.median(on) / statistics.median(off)
+    print(f"gateway {len(body)} B batch body: wire.decode {statistics.median(on):.2f} us, "
+          f"msgspec's decoding alone {statistics.median(off):.2f} us; median ratio "
+          f"{ratio:.2f}x")
+    return {"checked_us": on, "unchecked_us": off, "ratio": ratio}
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -134,6 +165,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         decode = steps["decode"]
         print("its lines in blocks of 4,096, CPU (best of 3): " + ", ".join(
             f"{name} {t:.3f} s ({t / decode:.2f}x decode)" for name, t in steps.items()))
+        figures["gateway"] = _gateway_body(args.rounds, 2_000 if args.quick else 20_000)
         return figures
 
 
