@@ -7,7 +7,8 @@ those tests) in ``.sdk-tests/<name>-<version>/``; a cache that holds the pinned 
 is used as it is (no network). Then runs the suite's session tests once per backend,
 ``SURFACELOG_SDK_BACKEND`` telling the plugin (``sdk_<suite>.py`` beside this file)
 which class the tests get: ``sdk`` (the SDK's own, the control), ``embedded`` and
-``ray``. Exits non-zero when any run fails.
+``ray`` (on a local Ray of its own, or on the running one ``--ray-address`` names:
+``sdk_ray.py``). Exits non-zero when any run fails.
 
 Google ADK's sdist ships no tests (its ``tests/unittests/sessions/`` is not on PyPI; they
 import ``DatabaseSessionService``, which needs ``sqlalchemy``, ``google-adk[db]``):
@@ -27,6 +28,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from sdk_ray import ADDRESS_ENV
 
 HERE = Path(__file__).resolve().parent
 
@@ -80,13 +83,16 @@ def fetch(cache: Path, suite: Suite) -> Path | None:
     return folder
 
 
-def run(folder: Path, suite: Suite, backend: str, extra: list[str]) -> tuple[int, str]:
+def run(folder: Path, suite: Suite, backend: str, extra: list[str],
+        ray_address: str | None = None) -> tuple[int, str]:
     # Only the plugins the SDK's tests use: each of the three runs would otherwise load
     # every pytest plugin of this venv first (schemathesis, hypothesis, xdist, ...),
     # about 2 s of start-up each. A plugin they need and lack fails them loudly.
     env = dict(os.environ, SURFACELOG_SDK_BACKEND=backend, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
                PYTHONPATH=os.pathsep.join(filter(None, [str(HERE),
                                                         os.environ.get("PYTHONPATH")])))
+    if ray_address and backend == "ray":
+        env[ADDRESS_ENV] = ray_address
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "pytest_asyncio.plugin", "-p",
            "no:cacheprovider", "-p", suite.plugin, "-rfs", "--rootdir", str(folder),
            "-c", str(folder / "pyproject.toml"), *suite.files, *extra]
@@ -103,6 +109,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, default=HERE.parent.parent / ".sdk-tests")
     parser.add_argument("--backend", action="append", choices=BACKENDS)
+    parser.add_argument("--ray-address", help="the ray backend joins this running Ray "
+                        "(its GCS address) instead of starting one")
     parser.add_argument("pytest_args", nargs="*")
     args = parser.parse_args()
     args.cache = args.cache.resolve()
@@ -115,7 +123,7 @@ def main() -> int:
             continue
         for backend in args.backend or BACKENDS:
             started = time.monotonic()
-            code, summary = run(folder, suite, backend, args.pytest_args)
+            code, summary = run(folder, suite, backend, args.pytest_args, args.ray_address)
             failed = failed or code != 0
             print(f"{suite.name} {suite.version} [{backend}]: {summary} "
                   f"({time.monotonic() - started:.0f} s)", flush=True)

@@ -81,13 +81,10 @@ def _sdk_ray() -> Iterator[None]:
     if BACKEND != "ray":
         yield
         return
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     import ray
+    from sdk_ray import start_ray
 
-    from surfacelog.actors.client import init_ray
-
-    init_ray(None, num_cpus=2, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
+    start_ray()
     try:
         yield
     finally:

@@ -130,13 +130,10 @@ def _sdk_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Deployments 
     if BACKEND != "ray":
         yield None
         return
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     import ray
+    from sdk_ray import start_ray
 
-    from surfacelog.actors.client import init_ray
-
-    init_ray(None, num_cpus=2, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
+    start_ray()
     deployments = _Deployments(tmp_path_factory.mktemp("sdk-ray"))
     try:
         yield deployments
