@@ -6,7 +6,11 @@ its own, ``SURFACELOG_COALESCE=0``, the behaviour before coalescing):
 
 1. floors: a no-op async-actor call, one at a time (calls/s and CPU per call over every
    process); the scripted workload appended in this process through ``LiveSession`` +
-   the SQLite store (durable), no Ray (events/s);
+   the SQLite store (durable), no Ray (events/s, CPU per event); the same workload
+   through the hosted path's own code in this process (``SessionHandle``'s wire
+   requests on a ``CallLine``, pickled as Ray pickles them, applied by an
+   ``OwnerActor`` object's ``call_many``), no Ray (CPU per event beside the first):
+   what hosting costs per event before Ray's calls;
 2. ``surfacelog run --mode chunk``, 50 sessions, durable (events/s, p50/p99, CPU per
    event over every process, Ray calls per event);
 3. the same in batch mode;
@@ -26,21 +30,31 @@ import argparse
 import asyncio
 import json
 import os
+import pickle
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_actors import Report, Result
 
+from surfacelog.actors.coalesce import (
+    CallLine,
+    Outcome,
+    Request,
+    outcomes_from_wire,
+    requests_to_wire,
+)
+from surfacelog.actors.config import HostingConfig
 from surfacelog.actors.driver import DriverProgress, SessionDriver
-from surfacelog.actors.protocol import LoggedEvents
+from surfacelog.actors.protocol import LoggedEvents, decode_events, encode_append
 from surfacelog.actors.script import AgentScript, AppendMode, ScriptConfig
+from surfacelog.actors.session_actor import OwnerActor
 from surfacelog.runtime.live import LiveSession
 from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec, SurfaceSnapshot
@@ -101,28 +115,121 @@ class _LocalHandle:
         await self._live.flush()
 
 
+class Floor(NamedTuple):
+    """A floor's figures: events/s, events, and CPU milliseconds per event (this
+    process, every thread: the driving, the session, the SQLite thread)."""
+
+    rate: float
+    events: int
+    cpu_ms: float
+
+
+async def _drive_floor(handles: Sequence[Any], mode: AppendMode, turns: int,
+                       what: str) -> Floor:
+    """The run's scripted agents (``SessionDriver``) driving ``handles`` at once."""
+    progress = DriverProgress()
+    config = ScriptConfig(mode=mode)
+    drivers = [SessionDriver(handle, AgentScript(handle.session_id, config), progress,
+                             time.time()) for handle in handles]
+    started, cpu = time.perf_counter(), time.process_time()
+    await asyncio.gather(*(d.run(turns) for d in drivers))
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    if progress.errors:
+        raise RuntimeError(f"{what}: {progress.last_error}")
+    return Floor(progress.events / elapsed, progress.events,
+                 1000 * cpu / max(progress.events, 1))
+
+
 async def in_process_floor(folder: str, sessions: int, turns: int,
-                           mode: AppendMode) -> tuple[float, int]:
-    """Events/s and events of the run's scripted workload (``sessions`` sessions,
-    ``turns`` turns, ``mode``) appended in this process through ``LiveSession`` and a
-    durable ``SqliteEventStore``, every session at once."""
+                           mode: AppendMode) -> Floor:
+    """The run's scripted workload (``sessions`` sessions, ``turns`` turns, ``mode``)
+    appended in this process through ``LiveSession`` and a durable
+    ``SqliteEventStore``, every session at once."""
     store = await SqliteEventStore.open(os.path.join(folder, f"floor-{mode}.db"))
     try:
         client = _LocalClient()
-        progress = DriverProgress()
-        config = ScriptConfig(mode=mode)
         lives = [await LiveSession.activate(f"s{k:04d}", store) for k in range(sessions)]
-        started = time.perf_counter()
-        drivers = [SessionDriver(_LocalHandle(live, client),  # type: ignore[arg-type]
-                                 AgentScript(live.session_id, config), progress, time.time())
-                   for live in lives]
-        await asyncio.gather(*(d.run(turns) for d in drivers))
-        elapsed = time.perf_counter() - started
-        if progress.errors:
-            raise RuntimeError(f"in-process floor: {progress.last_error}")
-        return progress.events / elapsed, progress.events
+        return await _drive_floor([_LocalHandle(live, client) for live in lives], mode,
+                                  turns, "in-process floor")
     finally:
         await store.close()
+
+
+# -- the hosted path's own code, no Ray --------------------------------------------------
+
+
+class _WireHandle:
+    """A ``DriverHandle`` that sends what ``SessionHandle`` sends (``encode_append``
+    requests, the other requests as the actor's methods name them) on a ``CallLine``
+    whose calls reach an ``OwnerActor`` object of this process: the coalesced
+    requests and outcomes pickled as Ray pickles a call's argument and reply, and
+    applied by the actor's own ``call_many``. No Ray, no second process."""
+
+    def __init__(self, session_id: str, line: CallLine, client: _LocalClient) -> None:
+        self.session_id = session_id
+        self.client = client
+        self._line = line
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        call_args = (self.session_id, *args)
+        return await self._line.submit(Request(method, call_args, self.session_id, 64))
+
+    async def append_batch(self, specs: Sequence[AppendSpec],
+                           expected_seq: int | None = None) -> LoggedEvents:
+        request = encode_append(self.session_id, specs, expected_seq)
+        if request is None:
+            raise RuntimeError("the scripted workload's appends are plain JSON")
+        reply = await self._line.submit(Request("append_wire", (request,),
+                                                self.session_id, len(request)))
+        return LoggedEvents.from_reply(request, len(specs), reply)
+
+    async def events(self, since_seq: int = 0, limit: int | None = None) -> list[Event]:
+        return decode_events(await self._call("events_wire", since_seq, limit))
+
+    async def surface(self) -> SurfaceSnapshot:
+        snapshot: SurfaceSnapshot = await self._call("surface")
+        return snapshot
+
+    async def set_context(self, body: str | dict[str, Any], *,
+                          plugin: str = DEFAULT_PLUGIN) -> Event | None:
+        payload = body if isinstance(body, dict) else context_message(body, plugin=plugin)
+        event: Event | None = await self._call("set_context", payload)
+        return event
+
+    async def flush(self) -> None:
+        await self._call("flush")
+
+
+async def hosted_code_floor(folder: str, sessions: int, turns: int,
+                            mode: AppendMode) -> Floor:
+    """The workload of ``in_process_floor`` through the hosted path's own code (see
+    ``_WireHandle``): what hosting costs beyond the session's work, Ray's calls
+    excepted."""
+    config = HostingConfig.single(os.path.join(folder, f"hosted-code-{mode}.db"),
+                                  placement="packed", writer="owner")
+    owner = OwnerActor(config, config.shards.shards[0].name)
+    await owner.ready()
+
+    async def one(request: Request) -> Any:
+        args = pickle.loads(pickle.dumps(request.args, protocol=5))
+        return pickle.loads(pickle.dumps(await getattr(owner, request.method)(*args),
+                                         protocol=5))
+
+    async def many(requests: Sequence[Request]) -> Sequence[Outcome]:
+        wire = pickle.loads(pickle.dumps(requests_to_wire(requests), protocol=5))
+        reply = await owner.call_many(wire)
+        return outcomes_from_wire(pickle.loads(pickle.dumps(reply, protocol=5)))
+
+    try:
+        line = CallLine(one, many)
+        client = _LocalClient()
+        handles = [_WireHandle(f"s{k:04d}", line, client) for k in range(sessions)]
+        for handle in handles:  # activated before the clock starts, as in_process_floor
+            await handle.surface()
+        return await _drive_floor(handles, mode, turns, "hosted code floor")
+    finally:
+        await owner.shutdown()
+        await owner.close()
 
 
 # -- the no-op call ---------------------------------------------------------------------------
@@ -220,10 +327,16 @@ def run_all(folder: str, quick: bool) -> Report:
                       note=f"CPU {noop_cpu:.3f} ms per call, all processes"))
     floors = {}
     for mode in ("chunk",) if quick else ("chunk", "batch"):
-        rate, events = asyncio.run(in_process_floor(folder, sessions, turns, mode))  # type: ignore[arg-type]
-        floors[mode] = rate
-        report.add(Result("1", f"in process, {mode} mode, {sessions} sessions", rate,
-                          "events/s", note=f"{events:,} events, durable SQLite, no Ray"))
+        floor = asyncio.run(in_process_floor(folder, sessions, turns, mode))  # type: ignore[arg-type]
+        floors[mode] = floor.rate
+        report.add(Result("1", f"in process, {mode} mode, {sessions} sessions", floor.rate,
+                          "events/s", note=f"{floor.events:,} events, durable SQLite, no "
+                          f"Ray; CPU {floor.cpu_ms:.4f} ms per event"))
+        code = asyncio.run(hosted_code_floor(folder, sessions, turns, mode))  # type: ignore[arg-type]
+        report.add(Result("1", f"hosted path's code in process, {mode} mode: CPU per event",
+                          code.cpu_ms, "ms", "in process", floor.cpu_ms,
+                          note=f"{code.rate:,.0f} events/s; the owner actor's class, "
+                          "coalesced wire requests, no Ray"))
     base = ["--sessions", str(sessions), "--turns", str(turns)]
     # --quick (the smoke test) skips the batch row: its path is the chunk row's.
     for section, mode in (("2", "chunk"),) if quick else (("2", "chunk"), ("3", "batch")):

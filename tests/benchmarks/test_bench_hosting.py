@@ -24,6 +24,7 @@ def test_quick_run_prints_every_row() -> None:
     assert len(lines) == 1, tail
     rows = {r["name"]: r for r in json.loads(lines[0][len(PREFIX):])}
     for name in ("no-op async-actor call, one at a time", "in process, chunk mode, 4 sessions",
+                 "hosted path's code in process, chunk mode: CPU per event",
                  "chunk, 4 sessions: events/s", "chunk, 4 sessions: events/s vs in process",
                  "chunk, 4 sessions: p50", "chunk, 4 sessions: CPU per event"):
         assert name in rows, (name, sorted(rows))
@@ -33,3 +34,5 @@ def test_quick_run_prints_every_row() -> None:
     assert rows["chunk, 4 sessions: events/s"]["baseline"] > 0
     assert rows["chunk, 4 sessions: events/s vs in process"]["baseline"] == \
         rows["in process, chunk mode, 4 sessions"]["value"]
+    # The hosted path's code ran the same workload, its CPU beside the in-process one's.
+    assert rows["hosted path's code in process, chunk mode: CPU per event"]["baseline"] > 0
