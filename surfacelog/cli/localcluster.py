@@ -343,9 +343,10 @@ async def _outages(cluster: LocalCluster, every_s: float, down_s: float, seed: i
 def lose_files(db: Path) -> None:
     """Delete what a lost disk takes of the shard file ``db``: the file, its ``-wal``,
     ``-shm`` and ``-journal``, Litestream's local state and configuration."""
-    from surfacelog.store.replica import sidecars, state_dir
+    from surfacelog.store.replica import state_dir
+    from surfacelog.store.sqlite.file_format import side_files
 
-    for path in [db, *sidecars(db), db.with_name(db.name + ".litestream.yml"),
+    for path in [db, *side_files(db), db.with_name(db.name + ".litestream.yml"),
                  db.with_name(db.name + ".litestream.log")]:
         path.unlink(missing_ok=True)
     shutil.rmtree(state_dir(db), ignore_errors=True)

@@ -54,7 +54,7 @@ from surfacelog.store.errors import (
 )
 from surfacelog.store.shardmap import Shard, is_url
 from surfacelog.store.sqlite import SqliteEventStore
-from surfacelog.store.sqlite.file_format import side_files as sidecars
+from surfacelog.store.sqlite.file_format import side_files
 from surfacelog.store.verify import verify_store
 
 LITESTREAM: Final = "litestream"
@@ -233,15 +233,15 @@ async def restore(replica: str, to: str | os.PathLike[str], *, shard: str | None
     when the folder cannot be written."""
     target = Path(os.path.abspath(to))
     where = f"shard {shard!r}" if shard is not None else f"replica {replica!r}"
-    existing = ([target] if target.exists() else []) + sidecars(target)
+    existing = ([target] if target.exists() else []) + side_files(target)
     if existing and not force:
         raise RestoreRefused(f"{where}: {', '.join(map(str, existing))} exist(s); restoring "
                              f"would replace it (--force to do so)")
     target.parent.mkdir(parents=True, exist_ok=True)
     for stale in _abandoned_restores(target):
-        _remove([stale, *sidecars(stale)])
+        _remove([stale, *side_files(stale)])
     tmp = target.with_name(f".{target.name}{_RESTORING}{os.getpid()}")
-    _remove([tmp, *sidecars(tmp)])
+    _remove([tmp, *side_files(tmp)])
     args = ["restore", "-o", str(tmp)]
     if allow_empty:
         args.append("-if-replica-exists")
@@ -264,13 +264,13 @@ async def restore(replica: str, to: str | os.PathLike[str], *, shard: str | None
         verify_s = time.perf_counter() - checked
         size = tmp.stat().st_size
         if force:
-            _remove([target, *sidecars(target)])
-        _remove(sidecars(tmp))
+            _remove([target, *side_files(target)])
+        _remove(side_files(tmp))
         shutil.rmtree(state_dir(target), ignore_errors=True)
         os.replace(tmp, target)
         fsync_dir(target.parent)
     finally:
-        _remove([tmp, *sidecars(tmp)])
+        _remove([tmp, *side_files(tmp)])
     return RestoreReport(shard or replica, str(target), size, restored_s, verify_s, sessions,
                          events)
 
@@ -320,4 +320,4 @@ async def restore_if_missing(plan: ReplicaPlan) -> RestoreReport | None:
 __all__ = ["LITESTREAM", "REPLICATED_STORE_OPTIONS", "LitestreamNotFound", "ReplicaEmpty",
            "ReplicaError", "ReplicaPlan", "RestoreFailed", "RestoreRefused", "RestoreReport",
            "RestoreVerificationFailed", "litestream_binary", "replica_url", "restore",
-           "restore_if_missing", "sidecars", "state_dir"]
+           "restore_if_missing", "state_dir"]

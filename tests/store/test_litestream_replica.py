@@ -38,10 +38,10 @@ from surfacelog.store.replica import (
     litestream_binary,
     restore,
     restore_if_missing,
-    sidecars,
 )
 from surfacelog.store.shardmap import Shard, ShardMap, load_shard_map
 from surfacelog.store.sqlite import sqlite_backend
+from surfacelog.store.sqlite.file_format import side_files
 
 from support.sessiongen import build_session
 
@@ -167,7 +167,7 @@ async def test_a_restored_file_that_does_not_verify_is_discarded(tmp_path: Path)
     target = tmp_path / "restored.db"
     with pytest.raises(RestoreVerificationFailed, match="not a usable surfacelog store"):
         await restore(plan.replica, target, shard="s0")
-    assert not target.exists() and not sidecars(target)
+    assert not target.exists() and not side_files(target)
     assert not [p for p in tmp_path.iterdir() if "restoring" in p.name]
 
 
@@ -175,7 +175,7 @@ async def test_a_missing_file_is_restored_before_the_store_opens(tmp_path: Path)
     plan = _plan(tmp_path)
     logs = await _replicated(plan, 3)
     assert await restore_if_missing(plan) is None  # the file is there: nothing done
-    for path in [Path(plan.db), *sidecars(Path(plan.db))]:
+    for path in [Path(plan.db), *side_files(Path(plan.db))]:
         path.unlink()
     # Disk loss: the writer opens the shard again, from the replica.
     opened = await open_replicated(plan, sqlite_backend(plan.db, **replicated_options({})))
