@@ -7,9 +7,9 @@ its own, ``SURFACELOG_COALESCE=0``, the behaviour before coalescing):
 1. floors: a no-op async-actor call, one at a time (calls/s and CPU per call over every
    process); the scripted workload appended in this process through ``LiveSession`` +
    the SQLite store (durable), no Ray (events/s, CPU per event); the same workload
-   through the hosted path's own code in this process (``SessionHandle``'s wire
-   requests on a ``CallLine``, pickled as Ray pickles them, applied by an
-   ``OwnerActor`` object's ``call_many``), no Ray (CPU per event beside the first):
+   through the hosted path's own code in this process (``SessionHandle``s on a
+   ``CallLine``, the calls pickled as Ray pickles them, applied by an ``OwnerActor``
+   object's ``call_many``), no Ray (CPU per event beside the first):
    what hosting costs per event before Ray's calls;
 2. ``surfacelog run --mode chunk``, 50 sessions, durable (events/s, p50/p99, CPU per
    event over every process, Ray calls per event);
@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_actors import Report, Result
 
+from surfacelog.actors.client import SessionHandle
 from surfacelog.actors.coalesce import (
     CallLine,
     Outcome,
@@ -52,7 +53,7 @@ from surfacelog.actors.coalesce import (
 )
 from surfacelog.actors.config import HostingConfig
 from surfacelog.actors.driver import DriverProgress, SessionDriver
-from surfacelog.actors.protocol import LoggedEvents, decode_events, encode_append
+from surfacelog.actors.protocol import LoggedEvents
 from surfacelog.actors.script import AgentScript, AppendMode, ScriptConfig
 from surfacelog.actors.session_actor import OwnerActor
 from surfacelog.runtime.live import LiveSession
@@ -69,15 +70,25 @@ JSON_PREFIX = "BENCH_HOSTING_JSON "
 
 
 class _LocalClient:
-    """What a ``SessionDriver`` asks of its client, for sessions in this process."""
+    """What a ``SessionDriver`` asks of its client, for sessions in this process; with
+    ``line``, also what a ``SessionHandle`` asks of its ``Client`` (every session's
+    requests go on that one line)."""
 
-    def __init__(self) -> None:
+    coalesce = True
+
+    def __init__(self, line: CallLine | None = None) -> None:
         self.resent = 0
         self.retry_for_s = 30.0
         self._shard = ShardMap.single("in-process.db").shards[0]
+        self._line = line
 
     async def shard_of(self, session_id: str) -> Shard:
         return self._shard
+
+    def route(self, shard: Shard, session_id: str) -> tuple[None, CallLine]:
+        if self._line is None:
+            raise RuntimeError("this client has no line to an actor")
+        return None, self._line
 
 
 class _LocalHandle:
@@ -158,53 +169,13 @@ async def in_process_floor(folder: str, sessions: int, turns: int,
 # -- the hosted path's own code, no Ray --------------------------------------------------
 
 
-class _WireHandle:
-    """A ``DriverHandle`` that sends what ``SessionHandle`` sends (``encode_append``
-    requests, the other requests as the actor's methods name them) on a ``CallLine``
-    whose calls reach an ``OwnerActor`` object of this process: the coalesced
-    requests and outcomes pickled as Ray pickles a call's argument and reply, and
-    applied by the actor's own ``call_many``. No Ray, no second process."""
-
-    def __init__(self, session_id: str, line: CallLine, client: _LocalClient) -> None:
-        self.session_id = session_id
-        self.client = client
-        self._line = line
-
-    async def _call(self, method: str, *args: Any) -> Any:
-        call_args = (self.session_id, *args)
-        return await self._line.submit(Request(method, call_args, self.session_id, 64))
-
-    async def append_batch(self, specs: Sequence[AppendSpec],
-                           expected_seq: int | None = None) -> LoggedEvents:
-        request = encode_append(self.session_id, specs, expected_seq)
-        if request is None:
-            raise RuntimeError("the scripted workload's appends are plain JSON")
-        reply = await self._line.submit(Request("append_wire", (request,),
-                                                self.session_id, len(request)))
-        return LoggedEvents.from_reply(request, len(specs), reply)
-
-    async def events(self, since_seq: int = 0, limit: int | None = None) -> list[Event]:
-        return decode_events(await self._call("events_wire", since_seq, limit))
-
-    async def surface(self) -> SurfaceSnapshot:
-        snapshot: SurfaceSnapshot = await self._call("surface")
-        return snapshot
-
-    async def set_context(self, body: str | dict[str, Any], *,
-                          plugin: str = DEFAULT_PLUGIN) -> Event | None:
-        payload = body if isinstance(body, dict) else context_message(body, plugin=plugin)
-        event: Event | None = await self._call("set_context", payload)
-        return event
-
-    async def flush(self) -> None:
-        await self._call("flush")
-
-
 async def hosted_code_floor(folder: str, sessions: int, turns: int,
                             mode: AppendMode) -> Floor:
-    """The workload of ``in_process_floor`` through the hosted path's own code (see
-    ``_WireHandle``): what hosting costs beyond the session's work, Ray's calls
-    excepted."""
+    """The workload of ``in_process_floor`` through the hosted path's own code, in this
+    process: ``SessionHandle``s whose requests go on a ``CallLine`` whose calls reach an
+    ``OwnerActor`` object, the coalesced requests and outcomes pickled as Ray pickles a
+    call's argument and reply, applied by the actor's own ``call_many``. What hosting
+    costs beyond the session's work, Ray's calls and processes excepted."""
     config = HostingConfig.single(os.path.join(folder, f"hosted-code-{mode}.db"),
                                   placement="packed", writer="owner")
     owner = OwnerActor(config, config.shards.shards[0].name)
@@ -221,9 +192,9 @@ async def hosted_code_floor(folder: str, sessions: int, turns: int,
         return outcomes_from_wire(pickle.loads(pickle.dumps(reply, protocol=5)))
 
     try:
-        line = CallLine(one, many)
-        client = _LocalClient()
-        handles = [_WireHandle(f"s{k:04d}", line, client) for k in range(sessions)]
+        client = _LocalClient(CallLine(one, many))
+        handles = [SessionHandle(client, f"s{k:04d}")  # type: ignore[arg-type]
+                   for k in range(sessions)]
         for handle in handles:  # activated before the clock starts, as in_process_floor
             await handle.surface()
         return await _drive_floor(handles, mode, turns, "hosted code floor")
