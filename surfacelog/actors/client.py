@@ -64,7 +64,7 @@ from surfacelog.schema.events import (
     SurfaceType,
 )
 from surfacelog.schema.header import SessionHeader
-from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
+from surfacelog.session import AppendSpec, PruneCandidates, Replacement, SurfaceSnapshot
 from surfacelog.session.compaction import CompactionRequest, PruneRequest
 from surfacelog.session.context import DEFAULT_PLUGIN, context_message
 from surfacelog.session.errors import ForkError
@@ -746,6 +746,13 @@ class SessionHandle:
     async def surface_events(self) -> tuple[SurfaceSnapshot, list[Event]]:
         out: tuple[SurfaceSnapshot, list[Event]] = await self._call("surface_events",
                                                                     idempotent=True)
+        return out
+
+    async def oversized_results(self, max_chars: int) -> PruneCandidates:
+        """The current tool results over ``max_chars`` characters (what a pruner
+        needs), read where the session lives: the surface itself does not travel."""
+        out: PruneCandidates = await self._call("oversized_results", max_chars,
+                                                idempotent=True)
         return out
 
     async def derive_messages(self, as_of: int | None = None) -> list[dict[str, Any]]:

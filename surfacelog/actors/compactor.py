@@ -30,7 +30,7 @@ from surfacelog.session.compaction_policy import (
     choose_range,
     compaction_request,
     extractive_summary,
-    prune_requests,
+    prune_requests_for,
 )
 from surfacelog.session.pressure import CONTEXT_PRESSURE, compaction_threshold, context_tokens
 from surfacelog.session.tokens import event_tokens
@@ -143,10 +143,9 @@ class Compactor:
     async def prune(self, handle: SessionHandle) -> int:
         """Shorten every current tool result over ``prune_over`` characters; returns how
         many were pruned (a conflicting one is left for the next pass)."""
-        snapshot, events = await handle.surface_events()
+        candidates = await handle.oversized_results(self.prune_over)
         done = 0
-        for request in prune_requests(snapshot, events, max_chars=self.prune_over,
-                                      keep_chars=self.prune_keep):
+        for request in prune_requests_for(candidates, keep_chars=self.prune_keep):
             try:
                 await handle.prune(request)
             except Conflict:

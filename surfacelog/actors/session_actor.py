@@ -58,7 +58,7 @@ from surfacelog.actors.replication import ReplicaStatus, shard_writer_parts
 from surfacelog.runtime.live import RELOAD, LiveSession, StateDelta
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
-from surfacelog.session import AppendSpec, Replacement, SurfaceSnapshot
+from surfacelog.session import AppendSpec, PruneCandidates, Replacement, SurfaceSnapshot
 from surfacelog.session.compaction import CompactionRequest, PruneRequest
 from surfacelog.session.pressure import ContextPressure
 from surfacelog.store.base import EventStore, SessionInfo
@@ -271,6 +271,11 @@ class SessionActor:
     async def surface_events(self, session_id: str) -> tuple[SurfaceSnapshot, list[Event]]:
         return await self._read(session_id, lambda h: h.surface_events())
 
+    async def oversized_results(self, session_id: str, max_chars: int) -> PruneCandidates:
+        """The current tool results over ``max_chars`` characters: what a pruner reads
+        on each pass (nearly always none), not the whole surface."""
+        return await self._read(session_id, lambda h: h.oversized_results(max_chars))
+
     async def derive_messages(self, session_id: str,
                               as_of: int | None = None) -> list[dict[str, Any]]:
         return await self._read(session_id, lambda h: h.derive_messages(as_of))
@@ -379,9 +384,9 @@ class SessionActor:
 
 COALESCED: Final = frozenset({
     "append", "append_batch", "append_wire", "events", "events_wire", "surface",
-    "surface_events", "derive_messages", "derive_wire", "fold", "compact", "prune",
-    "pressure", "set_context", "replace", "fork", "fork_seed", "flush", "stats", "header",
-    "passivate"})
+    "surface_events", "oversized_results", "derive_messages", "derive_wire", "fold",
+    "compact", "prune", "pressure", "set_context", "replace", "fork", "fork_seed", "flush",
+    "stats", "header", "passivate"})
 """The session requests (each naming its session first) that ``call_many`` applies: the
 methods ``SessionHandle`` calls."""
 

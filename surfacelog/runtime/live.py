@@ -59,6 +59,7 @@ from surfacelog.session.compaction import (
     compaction_specs,
     prune_specs,
 )
+from surfacelog.session.compaction_policy import PruneCandidates, oversized_results
 from surfacelog.session.context import context_spec
 from surfacelog.session.errors import ForkError, StaleRequest
 from surfacelog.session.fork import SESSION_ALREADY_EXISTS
@@ -438,6 +439,16 @@ class LiveSession:
         self._touch()
         snap = self.session.snapshot()
         return snap, [self.session.event(s) for s in snap.nodes]
+
+    def oversized_results(self, max_chars: int) -> PruneCandidates:
+        """The current tool results over ``max_chars`` characters (``session.
+        oversized_results``): what a pruner reads, instead of the whole surface."""
+        self._touch()
+        session = self.session
+        surface = session.surface
+        return oversized_results(surface.replace_generation,
+                                 ((seq, session.event(seq)) for seq in surface.nodes),
+                                 max_chars=max_chars)
 
     async def pressure(self) -> ContextPressure:
         """The session's context pressure (``session.pressure``), read incrementally.

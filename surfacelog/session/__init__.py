@@ -26,10 +26,13 @@ from surfacelog.session.compaction_policy import (
     PRUNE_MARKER,
     SUMMARY_NOT_SMALLER,
     CompactionChoice,
+    PruneCandidates,
     choose_range,
     compaction_request,
     extractive_summary,
+    oversized_results,
     prune_requests,
+    prune_requests_for,
 )
 from surfacelog.session.derive import MessagesView, derive_from_nodes, project
 from surfacelog.session.errors import ForkError, SplitsToolCall, StaleRequest
@@ -71,6 +74,7 @@ __all__ = [
     "LogCheck",
     "LogError",
     "MessagesView",
+    "PruneCandidates",
     "PruneRequest",
     "Replacement",
     "Session",
@@ -103,8 +107,10 @@ __all__ = [
     "now_ms",
     "open_turn",
     "open_turn_start",
+    "oversized_results",
     "project",
     "prune_requests",
+    "prune_requests_for",
     "prune_specs",
     "replay",
     "safe_cuts",

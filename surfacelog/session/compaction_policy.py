@@ -10,9 +10,11 @@ shrink the surface is sent as a failed compaction, so the log records the attemp
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from surfacelog.schema.events import Event
 from surfacelog.session.compaction import CompactionRequest, PruneRequest, safe_cuts
@@ -114,37 +116,68 @@ def _result_text(event: Event) -> str | None:
     if not isinstance(inner, list):
         return None
     return "\n".join(str(b.get("text", "")) for b in inner
-                     if isinstance(b, dict) and b.get("type") == "text")
+                      if isinstance(b, dict) and b.get("type") == "text")
+
+
+class PruneCandidates(Struct, frozen=True):
+    """The current tool results whose text exceeds a limit, as one read of a surface saw
+    them (``oversized_results``): what a pruner needs from a session. A pruner asks for
+    these instead of the whole surface and its events, which it would read on every
+    pass of every session only to find, nearly always, nothing to prune."""
+
+    replace_generation: int
+    nodes: tuple[int, ...]
+    """The surface seqs of the results, in surface order."""
+    events: tuple[Event, ...]
+    """The event of each of ``nodes``."""
+
+
+def oversized_results(replace_generation: int, surface: Iterable[tuple[int, Event]], *,
+                      max_chars: int) -> PruneCandidates:
+    """The tool results among ``surface`` (each node's seq and its event, in surface
+    order) whose text exceeds ``max_chars`` characters."""
+    found = [(seq, event) for seq, event in surface if event.type == "tool/result"
+             and len(_result_text(event) or "") > max_chars]
+    return PruneCandidates(replace_generation, tuple(seq for seq, _ in found),
+                           tuple(event for _, event in found))
+
+
+def prune_requests_for(candidates: PruneCandidates, *, keep_chars: int
+                       ) -> list[PruneRequest]:
+    """One request per result of ``candidates``: keep its first and last
+    ``keep_chars // 2`` characters with ``PRUNE_MARKER`` between them."""
+    out = []
+    head = keep_chars // 2
+    for seq, event in zip(candidates.nodes, candidates.events, strict=True):
+        text = _result_text(event) or ""
+        cut = len(text) - 2 * head
+        short = text[:head] + PRUNE_MARKER.format(n=cut) + text[len(text) - head:]
+        out.append(PruneRequest(generation=candidates.replace_generation, target=seq,
+                                content=[{"type": "text", "text": short}],
+                                shadowed_token_count=event_tokens(event)))
+    return out
 
 
 def prune_requests(snapshot: SurfaceSnapshot, events: Sequence[Event], *, max_chars: int,
                    keep_chars: int) -> list[PruneRequest]:
     """One request per current tool result (``events[k]`` is the event of
-    ``snapshot.nodes[k]``) whose text exceeds ``max_chars``: keep its first and last
-    ``keep_chars // 2`` characters with ``PRUNE_MARKER`` between them."""
-    out = []
-    head = keep_chars // 2
-    for seq, event in zip(snapshot.nodes, events, strict=True):
-        if event.type != "tool/result":
-            continue
-        text = _result_text(event)
-        if text is None or len(text) <= max_chars:
-            continue
-        cut = len(text) - 2 * head
-        short = text[:head] + PRUNE_MARKER.format(n=cut) + text[len(text) - head:]
-        out.append(PruneRequest(generation=snapshot.replace_generation, target=seq,
-                                content=[{"type": "text", "text": short}],
-                                shadowed_token_count=event_tokens(event)))
-    return out
+    ``snapshot.nodes[k]``) whose text exceeds ``max_chars`` (``prune_requests_for``)."""
+    surface = zip(snapshot.nodes, events, strict=True)
+    return prune_requests_for(oversized_results(snapshot.replace_generation, surface,
+                                                max_chars=max_chars),
+                              keep_chars=keep_chars)
 
 
 __all__ = [
     "PRUNE_MARKER",
     "SUMMARY_NOT_SMALLER",
     "CompactionChoice",
+    "PruneCandidates",
     "choose_range",
     "compaction_request",
     "extractive_summary",
+    "oversized_results",
     "prune_requests",
+    "prune_requests_for",
     "safe_cuts",
 ]

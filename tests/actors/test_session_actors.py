@@ -11,7 +11,7 @@ import pytest
 import ray
 
 from surfacelog.actors.client import Client, connect
-from surfacelog.actors.compactor import RemoteCompactor
+from surfacelog.actors.compactor import RemoteCompactor, RemotePruner
 from surfacelog.actors.config import HostingConfig
 from surfacelog.actors.driver import DriverProgress, RemoteDriver, SessionDriver
 from surfacelog.actors.journal import JournalActor
@@ -26,7 +26,7 @@ from surfacelog.actors.session_actor import (
 from surfacelog.cli.loadrun import compare, live_digests
 from surfacelog.schema.errors import SurfaceError
 from surfacelog.schema.events import Event
-from surfacelog.session import AppendSpec
+from surfacelog.session import AppendSpec, oversized_results
 from surfacelog.session.compaction import CompactionRequest
 from surfacelog.store.digests import store_digests
 from surfacelog.store.errors import WriterFenced
@@ -96,6 +96,43 @@ async def test_returned_events_are_the_logged_ones(tmp_path: Path, placement: st
         assert len({e.time for e in logged}) == 1
         assert (await s.surface()).length == logged.seqs.stop
     finally:
+        host.shutdown()
+
+
+async def test_a_pruner_reads_only_the_oversized_results_and_prunes_them(
+        tmp_path: Path) -> None:
+    """The pruner's read, ``oversized_results``, answers where the session lives what the
+    pure filter finds in the whole surface; a pass prunes exactly those results, after
+    which there are none left to read."""
+    host = make_host(tmp_path, "owner")
+    ids = ["p0", "p1"]
+    pruner = RemotePruner.options(num_cpus=0).remote(host.config, prune_over=3000)
+    driver = RemoteDriver.options(num_cpus=0).remote(
+        host.config, ScriptConfig(steps=2, big_result_every=2, big_result_chars=5000))
+    try:
+        progress: DriverProgress = await driver.run.remote(ids, 2)
+        assert progress.errors == 0, progress.last_error
+        expected = 0
+        for sid in ids:
+            handle = host.session(sid)
+            snap, events = await handle.surface_events()
+            found = await handle.oversized_results(3000)
+            assert found == oversized_results(snap.replace_generation,
+                                              zip(snap.nodes, events, strict=True),
+                                              max_chars=3000)
+            assert found.nodes and all(e.type == "tool/result" for e in found.events)
+            assert (await handle.oversized_results(10**9)).nodes == ()
+            expected += len(found.nodes)
+        await pruner.manage.remote(ids)
+        stats = await pruner.run_once.remote()
+        assert stats.errors == 0, stats.last_error
+        assert stats.prunes == expected
+        for sid in ids:
+            left = await host.session(sid).oversized_results(3000)
+            assert left.nodes == () and left.replace_generation > 0
+    finally:
+        ray.kill(pruner)
+        ray.kill(driver)
         host.shutdown()
 
 

@@ -167,6 +167,8 @@ async def test_prune_rewrites_only_the_content(store: SqliteEventStore) -> None:
     snap, events = host.surface_events()
     requests = prune_requests(snap, events, max_chars=1000, keep_chars=200)
     assert requests
+    # What a pruner reads instead of the surface names the same results.
+    assert host.oversized_results(1000).nodes == tuple(r.target for r in requests)
     for request in requests:
         await host.prune(request)
     _, events2 = host.surface_events()
@@ -175,6 +177,7 @@ async def test_prune_rewrites_only_the_content(store: SqliteEventStore) -> None:
         if e.type == "tool/result":
             text = e.data["message"]["content"][0]["content"][0]["text"]
             assert len(text) < 1000
+    assert host.oversized_results(1000).nodes == ()
     pruned = [e for e in events2 if e.seq not in snap.nodes]
     assert all("characters pruned" in e.data["message"]["content"][0]["content"][0]["text"]
                for e in pruned)

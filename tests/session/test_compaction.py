@@ -28,7 +28,9 @@ from surfacelog.session import (
     event_tokens,
     extractive_summary,
     open_turn,
+    oversized_results,
     prune_requests,
+    prune_requests_for,
     prune_specs,
     safe_cuts,
 )
@@ -348,6 +350,30 @@ def test_prune_requests_keep_the_head_and_tail_of_long_results() -> None:
     assert text.startswith("r" * 150 + "\n[") and text.endswith("]\n" + "r" * 150)
     assert text[150:-150] == PRUNE_MARKER.format(n=2000 - 300)
     assert "1700 characters pruned" in text
+
+
+def test_oversized_results_are_the_tool_results_over_the_limit_in_surface_order() -> None:
+    s = Session()
+    s.append("turn/start", {"turn": 1})
+    s.append("step/start", {"turn": 1, "step": 1})
+    assistant(s, 1, 1, 10, calls=("a", "b", "c", "d"))
+    over = result(s, 1, 1, "a", 251)  # 1004 characters
+    result(s, 1, 1, "b", 250)  # exactly 1000: kept
+    result(s, 1, 1, "c", 10)
+    last = result(s, 1, 1, "d", 400)
+    user(s, 2000)  # long, but not a tool result
+    snap = s.snapshot()
+    events = [s.event(n) for n in snap.nodes]
+    surface = list(zip(snap.nodes, events, strict=True))
+    found = oversized_results(snap.replace_generation, surface,
+                              max_chars=1000)
+    assert found.nodes == (over, last)
+    assert [e.seq for e in found.events] == [over, last]
+    assert found.replace_generation == snap.replace_generation
+    # The requests built from the candidates are the ones built from the whole surface.
+    assert prune_requests_for(found, keep_chars=300) == prune_requests(
+        snap, events, max_chars=1000, keep_chars=300)
+    assert oversized_results(0, surface, max_chars=10**6).nodes == ()
 
 
 # -- staleness ---------------------------------------------------------------------------
