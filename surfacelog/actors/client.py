@@ -150,7 +150,7 @@ async def _shutdown_actor(name: str, actor: Any, timeout_s: float) -> list[str]:
 
 
 async def within(awaitable: Any, timeout_s: float) -> Any:
-    """The result of ``awaitable`` (an ``ObjectRef`` or a coroutine); raises
+    """The result of ``awaitable`` (an ``ObjectRef``, a future or a coroutine); raises
     ``asyncio.TimeoutError`` after ``timeout_s``, leaving it running.
 
     Not ``asyncio.wait_for``: before Python 3.12 it can swallow the cancellation of the
@@ -160,8 +160,25 @@ async def within(awaitable: Any, timeout_s: float) -> Any:
     # (``ref.as_future()`` did the same but now warns that it is deprecated.)
     future = (asyncio.wrap_future(awaitable.future()) if isinstance(awaitable, ray.ObjectRef)
               else asyncio.ensure_future(awaitable))
-    done, _ = await asyncio.wait({future}, timeout=timeout_s)
-    if not done:
+    if not future.done():
+        # What ``asyncio.wait`` does for one future and a timeout, without its sets and
+        # its counting: this runs for every request a client sends. Cancelling the
+        # caller cancels the waiter, never ``future``.
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+
+        def wake(_: object = None) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        future.add_done_callback(wake)
+        timer = loop.call_later(timeout_s, wake)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            future.remove_done_callback(wake)
+    if not future.done():
         # Nobody will await it now: read its outcome when it comes, so that a late
         # failure (the actor restarting) is not reported as an unretrieved exception.
         future.add_done_callback(_drop_outcome)

@@ -148,19 +148,25 @@ class CallLine:
         """Requests waiting for the call in flight to return."""
         return len(self._queue)
 
-    async def submit(self, request: Request) -> Any:
-        """Send ``request`` (at once when the line is idle, else with the next call)
-        and return its value. Raises what ``send_one`` raises when it went alone;
-        ``RequestError`` when it raised at the actor inside a coalesced call; what the
-        call carrying it raised (then every request of that call raises it)."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    def submit(self, request: Request) -> asyncio.Future[Any]:
+        """Queue ``request`` to be sent (at once when the line is idle, else with the
+        next call); returns the future of its value. The future raises what
+        ``send_one`` raised when the request went alone; ``RequestError`` when it
+        raised at the actor inside a coalesced call; what the call carrying it raised
+        (then every request of that call raises it). Cancelling the future before its
+        call is sent leaves the request out of it.
+
+        A plain method, not a coroutine: a caller awaits the future itself, so a
+        request costs no task of its own (every append of a streaming agent is one)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         self._queue.append(_Pending(request, future))
         if not self._busy:
             # The drain runs from the next turn of the loop, so requests made in this
             # same turn (a burst: many sessions at once) already go in its first call.
             self._busy = True
-            self._drainer = asyncio.get_running_loop().create_task(self._drain())
-        return await future
+            self._drainer = loop.create_task(self._drain())
+        return future
 
     def _take(self) -> list[_Pending]:
         """The next call's requests: the queue's head, within the bounds (a first

@@ -7,6 +7,7 @@ side by side."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from surfacelog.actors.client import within
 from surfacelog.actors.coalesce import CallLine, Outcome, Request, run_coalesced
 from surfacelog.actors.errors import RequestError
 
@@ -252,3 +254,59 @@ def test_the_wire_form_keeps_requests_and_outcomes() -> None:
     again = outcomes_from_wire(pickle.loads(pickle.dumps(outcomes_to_wire(outcomes))))
     assert again[0] == Outcome(value=b"reply")
     assert isinstance(again[1].error, ValueError) and str(again[1].error) == "no"
+
+
+# -- within: a request's deadline, as a client waits on it ------------------------------
+
+async def test_within_returns_the_value_or_the_error_when_it_comes() -> None:
+    loop = asyncio.get_running_loop()
+    later: asyncio.Future[int] = loop.create_future()
+    loop.call_soon(later.set_result, 7)
+    assert await within(later, 5) == 7
+    done: asyncio.Future[int] = loop.create_future()
+    done.set_exception(ValueError("refused"))
+    with pytest.raises(ValueError, match="refused"):
+        await within(done, 5)
+
+    async def coroutine() -> str:
+        await asyncio.sleep(0)
+        return "from a coroutine"
+
+    assert await within(coroutine(), 5) == "from a coroutine"
+
+
+async def test_within_times_out_and_leaves_the_request_running() -> None:
+    loop = asyncio.get_running_loop()
+    pending: asyncio.Future[int] = loop.create_future()
+    with pytest.raises(asyncio.TimeoutError):
+        await within(pending, 0.01)
+    assert not pending.done() and not pending.cancelled()
+    # Its late failure is read by within's callback: asyncio reports no exception
+    # "never retrieved" for it, as it does for a future nobody reads (the control).
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+    try:
+        control: asyncio.Future[int] = loop.create_future()
+        for future in (pending, control):
+            future.set_exception(RuntimeError("late"))
+        await asyncio.sleep(0)
+        del pending, control, future
+        gc.collect()
+    finally:
+        loop.set_exception_handler(None)
+    assert len(reported) == 1 and "never retrieved" in reported[0]["message"]
+
+
+async def test_cancelling_the_caller_of_within_does_not_cancel_the_request() -> None:
+    loop = asyncio.get_running_loop()
+    pending: asyncio.Future[int] = loop.create_future()
+    waiting = asyncio.ensure_future(within(pending, 60))
+    await asyncio.sleep(0)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert not pending.done()
+    pending.set_result(1)  # its own waiter's callback was removed: nothing to wake
+    await asyncio.sleep(0)
+    assert pending.result() == 1
+
