@@ -330,6 +330,41 @@ class Client:
         actor = self._named_actor(name, shard)
         return actor, self.line_to(name, actor)
 
+    async def held(self, method: str, session_ids: Sequence[str], *args: Any
+                   ) -> dict[str, Any]:
+        """``method`` (a ``held_*`` of ``SessionActor``) asked of each actor serving some
+        of ``session_ids``, one request per actor for all of its sessions:
+        ``{session: answer}``, the answer ``None`` for a session its actor does not
+        hold now. A session is left out when its shard or its actor did not answer
+        within the retry window (an outage: a caller asks it alone, as before, and
+        that request reports the outage). What a watcher's pass over many sessions
+        asks first, instead of a request per session."""
+        groups: dict[str, tuple[Shard, list[str]]] = {}
+        for sid in session_ids:
+            try:
+                shard = await self.shard_of(sid)
+            except ShardUnavailable:
+                continue
+            name = self.actor_name(shard, sid)
+            groups.setdefault(name, (shard, []))[1].append(sid)
+
+        async def ask(shard: Shard, sids: list[str]) -> dict[str, Any]:
+            actor, line = self.route(shard, sids[0])
+            sent: Any = (line.submit(Request(method, (sids, *args), ("held", id(sids)),
+                                             64 + 32 * len(sids)))
+                         if self.coalesce else getattr(actor, method).remote(sids, *args))
+            try:
+                answers = await within(sent, self.retry_for_s)
+            except (asyncio.TimeoutError, RayActorError):
+                return {}
+            return dict(zip(sids, answers, strict=True))
+
+        found: dict[str, Any] = {}
+        for part in await asyncio.gather(*(ask(shard, sids)
+                                           for shard, sids in groups.values())):
+            found.update(part)
+        return found
+
     def _named_actor(self, name: str, shard: Shard) -> Any:
         actor = self._actors.get(name)
         if actor is None:

@@ -32,7 +32,12 @@ from surfacelog.session.compaction_policy import (
     extractive_summary,
     prune_requests_for,
 )
-from surfacelog.session.pressure import CONTEXT_PRESSURE, compaction_threshold, context_tokens
+from surfacelog.session.pressure import (
+    CONTEXT_PRESSURE,
+    ContextPressure,
+    compaction_threshold,
+    context_tokens,
+)
 from surfacelog.session.tokens import event_tokens
 from surfacelog.store.errors import CommitFailed
 
@@ -104,6 +109,11 @@ class Compactor:
             out = await out
         return list(out)
 
+    def under_pressure(self, pressure: ContextPressure) -> bool:
+        """Whether a session with ``pressure`` is compacted now (see ``compact``)."""
+        threshold = compaction_threshold(pressure, self.compact_at, self.pressure_ratio)
+        return context_tokens(pressure) > threshold
+
     async def compact(self, handle: SessionHandle) -> str:
         """Compact once when the session's context is under pressure, as DSH decides
         (``session.pressure``): right after a provider reported a context overflow,
@@ -113,9 +123,9 @@ class Compactor:
         ``gave-up`` (still conflicting after ``max_retries``)."""
         for _ in range(self.max_retries):
             pressure = await handle.pressure()
-            threshold = compaction_threshold(pressure, self.compact_at, self.pressure_ratio)
-            if context_tokens(pressure) <= threshold:
+            if not self.under_pressure(pressure):
                 return "skipped"
+            threshold = compaction_threshold(pressure, self.compact_at, self.pressure_ratio)
             snapshot, events = await handle.surface_events()
             # The tail kept is budgeted against the threshold in force, so a compaction
             # after an overflow (threshold 0) still keeps the recent turns it can.
@@ -201,10 +211,33 @@ class _Watcher:
                 if not self._stopping:
                     await self._session_pass(sid)
 
-        await asyncio.gather(*(one(sid) for sid in list(
-            self._managed if session_ids is None else session_ids)))
+        ids = list(self._managed if session_ids is None else session_ids)
+        await asyncio.gather(*(one(sid) for sid in await self._due(ids)))
         self._compactor.stats.passes += 1
         return self._compactor.stats
+
+    async def _due(self, session_ids: list[str]) -> list[str]:
+        """The sessions of a pass that get a pass of their own: all but those whose
+        actor, asked once for all of its sessions (``Client.held``), holds them with
+        nothing to do. A session its actor does not hold, or whose actor did not
+        answer, gets its own pass as before (which loads it, or reports the outage)."""
+        compactor = self._compactor
+        idle: set[str] | None = None
+        try:
+            if not self.compact_only:
+                held = await self._client.held("held_oversized", session_ids,
+                                               compactor.prune_over)
+                idle = {sid for sid, over in held.items() if over is False}
+            if not self.prune_only:
+                held = await self._client.held("held_pressures", session_ids)
+                calm = {sid for sid, pressure in held.items() if pressure is not None
+                        and not compactor.under_pressure(pressure)}
+                idle = calm if idle is None else idle & calm
+        except Exception as exc:  # counted and reported; every session gets its pass
+            compactor.stats.errors += 1
+            compactor.stats.last_error = failure_line("(pass)", exc)
+            return session_ids
+        return [sid for sid in session_ids if idle is None or sid not in idle]
 
     async def _session_pass(self, sid: str) -> None:
         handle = self._client.session(sid)

@@ -298,6 +298,38 @@ class SessionActor:
     async def pressure(self, session_id: str) -> ContextPressure:
         return await self._run(session_id, lambda h: h.pressure())
 
+    async def held_pressures(self, session_ids: Sequence[str]
+                             ) -> list[ContextPressure | None]:
+        """The context pressure of each of ``session_ids`` that this actor holds now;
+        ``None`` for one it does not hold (nothing is loaded to answer). A watcher's
+        pass asks once per actor, then sends its per-session requests only where there
+        is work (``actors.compactor``)."""
+        async def one(live: LiveSession) -> ContextPressure:
+            return await live.pressure()
+        return await self._held(session_ids, one)
+
+    async def held_oversized(self, session_ids: Sequence[str], max_chars: int
+                             ) -> list[bool | None]:
+        """For each of ``session_ids`` that this actor holds now, whether its surface
+        has a tool result over ``max_chars`` characters; ``None`` for one it does not
+        hold. What a pruner's pass asks once per actor."""
+        async def one(live: LiveSession) -> bool:
+            async with live.lock:
+                return bool(live.oversized_results(max_chars).nodes)
+        return await self._held(session_ids, one)
+
+    async def _held(self, session_ids: Sequence[str],
+                    op: Callable[[LiveSession], Awaitable[T]]) -> list[T | None]:
+        async def one(session_id: str) -> T | None:
+            live = self._sessions.get(session_id)
+            if live is None or live.closed is not None:
+                return None
+            try:
+                return await op(live)
+            except SessionUnavailable:  # passivated meanwhile: not held after all
+                return None
+        return list(await asyncio.gather(*(one(sid) for sid in session_ids)))
+
     async def set_context(self, session_id: str, payload: dict[str, Any]) -> Event | None:
         return await self._run(session_id, lambda h: h.set_context(payload))
 
@@ -386,9 +418,10 @@ COALESCED: Final = frozenset({
     "append", "append_batch", "append_wire", "events", "events_wire", "surface",
     "surface_events", "oversized_results", "derive_messages", "derive_wire", "fold",
     "compact", "prune", "pressure", "set_context", "replace", "fork", "fork_seed", "flush",
-    "stats", "header", "passivate"})
-"""The session requests (each naming its session first) that ``call_many`` applies: the
-methods ``SessionHandle`` calls."""
+    "stats", "header", "passivate", "held_pressures", "held_oversized"})
+"""The requests that ``call_many`` applies: the methods ``SessionHandle`` calls, each
+naming its session first, and the ``held_*`` that ``Client.held`` sends, which name the
+sessions of a watcher's pass."""
 
 
 WRITER_METHODS: Final = ("ready", "holds", "list_sessions", "create_stored",

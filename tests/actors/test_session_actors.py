@@ -11,7 +11,7 @@ import pytest
 import ray
 
 from surfacelog.actors.client import Client, connect
-from surfacelog.actors.compactor import RemoteCompactor, RemotePruner
+from surfacelog.actors.compactor import CompactionActor, RemoteCompactor, RemotePruner
 from surfacelog.actors.config import HostingConfig
 from surfacelog.actors.driver import DriverProgress, RemoteDriver, SessionDriver
 from surfacelog.actors.journal import JournalActor
@@ -123,6 +123,10 @@ async def test_a_pruner_reads_only_the_oversized_results_and_prunes_them(
             assert found.nodes and all(e.type == "tool/result" for e in found.events)
             assert (await handle.oversized_results(10**9)).nodes == ()
             expected += len(found.nodes)
+        # Asked once for all of its sessions, the actor names those it holds with
+        # something to prune; one it does not hold is None (nothing is loaded).
+        assert await host.held("held_oversized", [*ids, "never"], 3000) == {
+            "p0": True, "p1": True, "never": None}
         await pruner.manage.remote(ids)
         stats = await pruner.run_once.remote()
         assert stats.errors == 0, stats.last_error
@@ -130,8 +134,43 @@ async def test_a_pruner_reads_only_the_oversized_results_and_prunes_them(
         for sid in ids:
             left = await host.session(sid).oversized_results(3000)
             assert left.nodes == () and left.replace_generation > 0
+        assert await host.held("held_oversized", ids, 3000) == {"p0": False, "p1": False}
     finally:
         ray.kill(pruner)
+        ray.kill(driver)
+        host.shutdown()
+
+
+async def test_a_watchers_pass_asks_each_actor_once_and_skips_sessions_with_no_work(
+        tmp_path: Path) -> None:
+    """Held sessions under no pressure cost a pass one request per actor, none of their
+    own; a session the actors do not hold still gets its own pass (which loads it)."""
+    host = make_host(tmp_path, "packed")
+    ids = [f"w{k}" for k in range(6)]
+    driver = RemoteDriver.options(num_cpus=0).remote(host.config, ScriptConfig(steps=1))
+    watcher = CompactionActor(host.config, compact_at=10**6)
+    try:
+        progress: DriverProgress = await driver.run.remote(ids, 1)
+        assert progress.errors == 0, progress.last_error
+        pressures = await host.held("held_pressures", ids)
+        assert pressures == {sid: await host.session(sid).pressure() for sid in ids}
+        actors = len({host.actor_name(await host.shard_of(s), s) for s in ids})
+        assert actors == 2  # packs=2: the sessions are spread over both
+
+        watcher.manage(ids)
+        before = watcher._client.call_stats().requests
+        stats = await watcher.run_once()
+        assert stats.errors == 0 and stats.committed == 0, stats
+        assert watcher._client.call_stats().requests - before == actors
+
+        stored = "w-stored"  # on the store, held by no actor: it gets its own pass
+        await host.session(stored).append("turn/start", {"turn": 1})
+        assert await host.session(stored).passivate()
+        before = watcher._client.call_stats().requests
+        await watcher.run_once([*ids, stored])
+        # One held_pressures per actor, then the stored session's own pressure.
+        assert watcher._client.call_stats().requests - before == actors + 1
+    finally:
         ray.kill(driver)
         host.shutdown()
 
