@@ -213,6 +213,11 @@ def _run_sync(coro: Any) -> None:
         pool.submit(asyncio.run, coro).result()
 
 
+HELD_WAIT_S: Final = 2.0
+"""How long ``Client.held`` waits for an actor's answer. Its sessions then get requests
+of their own, which wait out the outage within the retry window: a pass over an actor
+that is down waits about this much longer, not a second retry window."""
+
 _UNKNOWN_OUTCOME: Final = (RayActorError, CommitFailed)
 """Errors a session actor may relay after which its write may or may not have happened."""
 
@@ -335,10 +340,11 @@ class Client:
         """``method`` (a ``held_*`` of ``SessionActor``) asked of each actor serving some
         of ``session_ids``, one request per actor for all of its sessions:
         ``{session: answer}``, the answer ``None`` for a session its actor does not
-        hold now. A session is left out when its shard or its actor did not answer
-        within the retry window (an outage: a caller asks it alone, as before, and
-        that request reports the outage). What a watcher's pass over many sessions
-        asks first, instead of a request per session."""
+        hold now. A session is left out when its shard did not answer within the retry
+        window, or its actor within ``HELD_WAIT_S`` (an outage: a caller asks it
+        alone, as before, and that request waits the outage out or reports it). What
+        a watcher's pass over many sessions asks first, instead of a request per
+        session."""
         groups: dict[str, tuple[Shard, list[str]]] = {}
         for sid in session_ids:
             try:
@@ -354,7 +360,7 @@ class Client:
                                              64 + 32 * len(sids)))
                          if self.coalesce else getattr(actor, method).remote(sids, *args))
             try:
-                answers = await within(sent, self.retry_for_s)
+                answers = await within(sent, min(self.retry_for_s, HELD_WAIT_S))
             except (asyncio.TimeoutError, RayActorError):
                 return {}
             return dict(zip(sids, answers, strict=True))
