@@ -14,7 +14,7 @@ import contextlib
 import os
 import zlib
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from functools import partial
 from typing import Any, Final, Literal, overload
 
@@ -335,6 +335,18 @@ class Client:
         actor = self._named_actor(name, shard)
         return actor, self.line_to(name, actor)
 
+    def send(self, shard: Shard, session_id: str, method: str, args: tuple[Any, ...],
+             key: Hashable) -> Any:
+        """Send ``method(*args)`` to the actor serving ``session_id`` on ``shard``: on
+        this process's line to it (after the line's earlier requests of ``key``) when
+        calls coalesce, else as a call of its own. Returns what to await, with
+        ``within``: the request's future or the call's ``ObjectRef``."""
+        if self.coalesce:
+            _, line = self.route(shard, session_id)
+            return line.submit(Request(method, args, key, _payload_size(args)))
+        self.direct_calls += 1
+        return getattr(self.actor_on(shard, session_id), method).remote(*args)
+
     async def held(self, method: str, session_ids: Sequence[str], *args: Any
                    ) -> dict[str, Any]:
         """``method`` (a ``held_*`` of ``SessionActor``) asked of each actor serving some
@@ -355,10 +367,7 @@ class Client:
             groups.setdefault(name, (shard, []))[1].append(sid)
 
         async def ask(shard: Shard, sids: list[str]) -> dict[str, Any]:
-            actor, line = self.route(shard, sids[0])
-            sent: Any = (line.submit(Request(method, (sids, *args), ("held", id(sids)),
-                                             64 + 32 * len(sids)))
-                         if self.coalesce else getattr(actor, method).remote(sids, *args))
+            sent = self.send(shard, sids[0], method, (sids, *args), ("held", id(sids)))
             try:
                 answers = await within(sent, min(self.retry_for_s, HELD_WAIT_S))
             except (asyncio.TimeoutError, RayActorError):
@@ -696,14 +705,8 @@ class SessionHandle:
         while True:
             shard = await client.shard_of(self.session_id)
             try:
-                if client.coalesce:
-                    _, line = client.route(shard, self.session_id)
-                    sent: Any = line.submit(Request(method, call_args, self.session_id,
-                                                    _payload_size(call_args)))
-                else:
-                    client.direct_calls += 1
-                    actor = client.actor_on(shard, self.session_id)
-                    sent = getattr(actor, method).remote(*call_args)
+                sent = client.send(shard, self.session_id, method, call_args,
+                                   self.session_id)
                 # An actor whose node is gone waits for a node offering its shard's
                 # resource; without a deadline the caller would wait with it.
                 return await within(sent, backoff.remaining())

@@ -109,10 +109,11 @@ class Compactor:
             out = await out
         return list(out)
 
-    def under_pressure(self, pressure: ContextPressure) -> bool:
-        """Whether a session with ``pressure`` is compacted now (see ``compact``)."""
+    def due_threshold(self, pressure: ContextPressure) -> int | None:
+        """The threshold in force when a session with ``pressure`` is compacted now
+        (its context is over it, see ``compact``), else ``None``."""
         threshold = compaction_threshold(pressure, self.compact_at, self.pressure_ratio)
-        return context_tokens(pressure) > threshold
+        return threshold if context_tokens(pressure) > threshold else None
 
     async def compact(self, handle: SessionHandle) -> str:
         """Compact once when the session's context is under pressure, as DSH decides
@@ -122,10 +123,9 @@ class Compactor:
         (summary not smaller: recorded as a failed compaction), ``skipped`` or
         ``gave-up`` (still conflicting after ``max_retries``)."""
         for _ in range(self.max_retries):
-            pressure = await handle.pressure()
-            if not self.under_pressure(pressure):
+            threshold = self.due_threshold(await handle.pressure())
+            if threshold is None:
                 return "skipped"
-            threshold = compaction_threshold(pressure, self.compact_at, self.pressure_ratio)
             snapshot, events = await handle.surface_events()
             # The tail kept is budgeted against the threshold in force, so a compaction
             # after an overflow (threshold 0) still keeps the recent turns it can.
@@ -222,22 +222,22 @@ class _Watcher:
         nothing to do. A session its actor does not hold, or whose actor did not
         answer, gets its own pass as before (which loads it, or reports the outage)."""
         compactor = self._compactor
-        idle: set[str] | None = None
+        idle: list[set[str]] = []  # per job of this watcher: the sessions without work
         try:
             if not self.compact_only:
                 held = await self._client.held("held_oversized", session_ids,
                                                compactor.prune_over)
-                idle = {sid for sid, over in held.items() if over is False}
+                idle.append({sid for sid, over in held.items() if over is False})
             if not self.prune_only:
                 held = await self._client.held("held_pressures", session_ids)
-                calm = {sid for sid, pressure in held.items() if pressure is not None
-                        and not compactor.under_pressure(pressure)}
-                idle = calm if idle is None else idle & calm
+                idle.append({sid for sid, pressure in held.items() if pressure is not None
+                             and compactor.due_threshold(pressure) is None})
         except Exception as exc:  # counted and reported; every session gets its pass
             compactor.stats.errors += 1
             compactor.stats.last_error = failure_line("(pass)", exc)
             return session_ids
-        return [sid for sid in session_ids if idle is None or sid not in idle]
+        skipped = set.intersection(*idle)
+        return [sid for sid in session_ids if sid not in skipped]
 
     async def _session_pass(self, sid: str) -> None:
         handle = self._client.session(sid)

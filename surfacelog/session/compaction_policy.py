@@ -110,13 +110,27 @@ def compaction_request(snapshot: SurfaceSnapshot, choice: CompactionChoice,
 
 # -- deciding what to prune ---------------------------------------------------------------
 
-def _result_text(event: Event) -> str | None:
+def _text_parts(event: Event) -> list[str] | None:
+    """The texts of a tool result's text blocks (its text is them joined with
+    newlines); ``None`` when its content is not a list of blocks."""
     block = event.data["message"]["content"][0]
     inner = block.get("content")
     if not isinstance(inner, list):
         return None
-    return "\n".join(str(b.get("text", "")) for b in inner
-                      if isinstance(b, dict) and b.get("type") == "text")
+    return [str(b.get("text", "")) for b in inner
+            if isinstance(b, dict) and b.get("type") == "text"]
+
+
+def _result_text(event: Event) -> str | None:
+    parts = _text_parts(event)
+    return None if parts is None else "\n".join(parts)
+
+
+def _result_chars(event: Event) -> int:
+    """``len(_result_text(event) or "")`` without building the text: a pass measures
+    every tool result on every session's surface, and prunes nearly none."""
+    parts = _text_parts(event)
+    return 0 if not parts else sum(map(len, parts)) + len(parts) - 1
 
 
 class PruneCandidates(Struct, frozen=True):
@@ -137,7 +151,7 @@ def oversized_results(replace_generation: int, surface: Iterable[tuple[int, Even
     """The tool results among ``surface`` (each node's seq and its event, in surface
     order) whose text exceeds ``max_chars`` characters."""
     found = [(seq, event) for seq, event in surface if event.type == "tool/result"
-             and len(_result_text(event) or "") > max_chars]
+             and _result_chars(event) > max_chars]
     return PruneCandidates(replace_generation, tuple(seq for seq, _ in found),
                            tuple(event for _, event in found))
 

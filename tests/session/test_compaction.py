@@ -376,6 +376,32 @@ def test_oversized_results_are_the_tool_results_over_the_limit_in_surface_order(
     assert oversized_results(0, surface, max_chars=10**6).nodes == ()
 
 
+def test_a_results_length_counts_its_text_blocks_and_the_newlines_between_them() -> None:
+    s = Session()
+    s.append("turn/start", {"turn": 1})
+    s.append("step/start", {"turn": 1, "step": 1})
+    assistant(s, 1, 1, 10, calls=("a", "b"))
+
+    def blocks(call_id: str, *sizes: int) -> int:
+        inner: list[dict[str, object]] = [{"type": "text", "text": "r" * n} for n in sizes]
+        inner.insert(1, {"type": "image", "data": "x" * 5000})  # not text: not counted
+        return s.append("tool/result", {
+            "turn": 1, "step": 1,
+            "message": {"id": f"t-{call_id}", "role": "user",
+                        "source": {"kind": "tool", "callId": call_id},
+                        "content": [{"type": "tool-result", "toolCallId": call_id,
+                                     "content": inner}]}}, surface_op="append").seq
+
+    over = blocks("a", 500, 500)  # 500 + "\n" + 500 = 1001 characters
+    blocks("b", 499, 500)  # exactly 1000
+    snap = s.snapshot()
+    surface = [(n, s.event(n)) for n in snap.nodes]
+    assert oversized_results(0, surface, max_chars=1000).nodes == (over,)
+    [request] = prune_requests_for(oversized_results(0, surface, max_chars=1000),
+                                   keep_chars=100)
+    assert PRUNE_MARKER.format(n=1001 - 100) in request.content[0]["text"]
+
+
 # -- staleness ---------------------------------------------------------------------------
 
 def test_a_request_from_an_older_generation_is_stale() -> None:
