@@ -13,8 +13,9 @@ export PYTHONDONTWRITEBYTECODE :=
 
 # --no-compile: pip would compile every module of every package it installs (Ray's
 # thousands included); a run imports a fraction of them, compiled on first import and
-# cached (above). On 3 December 2026 the install took 33 s instead of 59 s; the first
-# import of everything the suite loads then cost 1.7 s once.
+# cached (above). On 3 December 2026 the install took 33 s instead of 59 s (one run each,
+# one after the other); the first import of everything the suite loads then cost 1.7 s
+# once.
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
