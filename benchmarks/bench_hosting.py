@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_actors import Report, Result
 
-from surfacelog.actors.client import SessionHandle
+from surfacelog.actors.client import Client, SessionHandle
 from surfacelog.actors.coalesce import (
     CallLine,
     Outcome,
@@ -89,6 +89,9 @@ class _LocalClient:
         if self._line is None:
             raise RuntimeError("this client has no line to an actor")
         return None, self._line
+
+    # ``Client``'s own: a request as it goes on a line (``coalesce``), over ``route``.
+    send = Client.send
 
 
 class _LocalHandle:
