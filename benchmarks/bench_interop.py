@@ -209,7 +209,7 @@ def phase_floor(rows: list[Any], db: Path, how: str) -> None:
     import sqlite3
 
     from surfacelog.store.sqlite.file_format import check_or_initialise
-    from surfacelog.store.sqlite.statements import INSERT_EVENTS, insert_rows
+    from surfacelog.store.sqlite.group_commit import INSERT_EVENTS, insert_rows
 
     for stale in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
         stale.unlink(missing_ok=True)

@@ -34,7 +34,8 @@ from surfacelog.session import Session
 from surfacelog.store import SqliteEventStore
 from surfacelog.store.rows import Row, decode_rows, encode_batch
 from surfacelog.store.sqlite.file_format import schema_sql
-from surfacelog.store.sqlite.statements import INSERT_EVENTS, SELECT_EVENTS, insert_rows
+from surfacelog.store.sqlite.group_commit import INSERT_EVENTS, insert_rows
+from surfacelog.store.sqlite.statements import SELECT_EVENTS
 
 BATCH_SIZES = (1, 16, 256, 4096)
 WORDS = ("the", "tool", "result", "surface", "session", "replace", "seq", "event", "log",

@@ -93,3 +93,16 @@ class ConnectionThread:
     async def close(self) -> None:
         """Close the connection and stop its thread."""
         await self._conn.close()
+
+
+def in_transaction(conn: sqlite3.Connection, begin: str, work: Callable[[], T]) -> T:
+    """Run ``work`` between ``begin`` and ``COMMIT``; roll back and re-raise on failure."""
+    conn.execute(begin)
+    try:
+        result = work()
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return result

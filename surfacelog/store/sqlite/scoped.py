@@ -5,8 +5,8 @@ transaction."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Mapping
-from typing import Any, Final, NamedTuple, TypeVar
+from collections.abc import Mapping
+from typing import Any, Final, NamedTuple
 
 from surfacelog.store.errors import ScopeConflict, SessionDeleted, SessionNotFound, StoreError
 from surfacelog.store.scoped import (
@@ -17,8 +17,7 @@ from surfacelog.store.scoped import (
     decode_state,
     split_delta,
 )
-
-T = TypeVar("T")
+from surfacelog.store.sqlite.connection import in_transaction
 
 _SCOPED: Final = (
     "SELECT s.id, c.app_name, c.user_id, s.created_at, c.update_time, s.next_seq,"
@@ -59,17 +58,6 @@ def write_state(conn: sqlite3.Connection, session_id: str, state: StateWrite
     return None
 
 
-def in_transaction(conn: sqlite3.Connection, begin: str, work: Callable[[], T]) -> T:
-    """Run ``work`` between ``begin`` and ``COMMIT``; roll back and re-raise on failure."""
-    conn.execute(begin)
-    try:
-        result = work()
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return result
 
 
 def deleted(conn: sqlite3.Connection, session_id: str) -> bool:
@@ -214,7 +202,6 @@ __all__ = [
     "delete_session",
     "deleted",
     "get_state",
-    "in_transaction",
     "list_scoped",
     "purge_session",
     "scope_of",

@@ -1,49 +1,58 @@
-"""The SQL statements of the ``events`` table that the SQLite backend runs on its
-connection thread (the table itself: ``schema.sql``)."""
+"""The SQL the SQLite backend runs besides the group commit's inserts
+(``group_commit.insert_rows``): reading a session's events back, and the ``imports``
+table, an imported session's record written in the import's transaction and checked by
+``verify`` (``store.provenance``). The tables themselves: ``schema.sql``."""
 
 from __future__ import annotations
 
-import functools
 import sqlite3
-from collections.abc import Sequence
-from itertools import chain
+import time
 from typing import Final
 
-from surfacelog.store.rows import Row
+from surfacelog.store.provenance import RowDigest, SourceCheck
+from surfacelog.store.sqlite.connection import in_transaction
 
-INSERT_EVENTS: Final = (
-    "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op,"
-    " ignorable) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-)
-ROWS_PER_STATEMENT: Final = 64
-"""Rows per multi-row INSERT: 512 parameters, well under SQLite's limit of 32766."""
 SELECT_EVENTS: Final = (
     "SELECT seq, type, time, data, source_event_seqs, surface_op, ignorable FROM events"
     " WHERE session_id = ? AND seq >= ? ORDER BY seq LIMIT ?"
 )
 
-@functools.cache
-def _insert_sql(rows: int) -> str:
-    """``INSERT_EVENTS`` with ``rows`` value tuples."""
-    return INSERT_EVENTS + ", (?, ?, ?, ?, ?, ?, ?, ?)" * (rows - 1)
+_RECORD: Final = ("INSERT INTO imports (session_id, source, events, digest, imported_at)"
+                  " VALUES (?, ?, ?, ?, ?)")
+_READ: Final = "SELECT source, events, digest FROM imports WHERE session_id = ?"
+_ROWS_PER_READ: Final = 2_000
 
 
-def insert_rows(conn: sqlite3.Connection, rows: Sequence[Row]) -> None:
-    """Insert ``rows`` (inside the caller's transaction) with multi-row INSERT
-    statements of ``ROWS_PER_STATEMENT`` rows: one statement step per 64 rows instead of
-    one per row, which costs less than ``executemany``'s per-row loop by about as much
-    as encoding the rows costs. Raises ``sqlite3.Error`` (rows inserted before the error
-    stay in the transaction: the caller rolls back)."""
-    per = ROWS_PER_STATEMENT
-    full = len(rows) - len(rows) % per
-    if full:
-        sql = _insert_sql(per)
-        params = list(chain.from_iterable(rows[:full]))
-        width = per * len(rows[0])
-        for start in range(0, len(params), width):
-            conn.execute(sql, params[start:start + width])
-    if full < len(rows):
-        conn.execute(_insert_sql(len(rows) - full), list(chain.from_iterable(rows[full:])))
+def record_import(conn: sqlite3.Connection, session_id: str, source: str,
+                  digest: RowDigest) -> None:
+    """Record (inside the caller's transaction) that ``session_id`` was imported from
+    ``source`` as the rows ``digest`` digested. Raises ``sqlite3.Error``."""
+    conn.execute(_RECORD, (session_id, source, digest.rows, digest.hexdigest(),
+                           time.time_ns() // 1_000_000))
 
 
-__all__ = ["INSERT_EVENTS", "ROWS_PER_STATEMENT", "SELECT_EVENTS", "insert_rows"]
+def check_import(conn: sqlite3.Connection, session_id: str) -> SourceCheck | None:
+    """``session_id`` against its import record (``None``: it was not imported), its
+    first rows read in blocks and digested again, in one read transaction. Raises
+    ``sqlite3.Error``."""
+    def work() -> SourceCheck | None:
+        found = conn.execute(_READ, (session_id,)).fetchone()
+        if found is None:
+            return None
+        source, events, recorded = found
+        digest = RowDigest()
+        while digest.rows < events:
+            rows = conn.execute(SELECT_EVENTS, (session_id, digest.rows,
+                                                min(_ROWS_PER_READ, events - digest.rows))
+                                ).fetchall()
+            if not rows or rows[0][0] != digest.rows:
+                break  # cut short, or a gap: what follows is not the source's
+            digest.add(rows)
+        whole = digest.rows == events
+        return SourceCheck(session_id, source, events, digest.rows,
+                           whole and digest.hexdigest() == recorded)
+
+    return in_transaction(conn, "BEGIN", work)
+
+
+__all__ = ["SELECT_EVENTS", "check_import", "record_import"]

@@ -38,7 +38,7 @@ from surfacelog.store.scoped import (
     split_delta,
 )
 from surfacelog.store.sqlite import scoped as scoped_sql
-from surfacelog.store.sqlite.connection import ConnectionThread
+from surfacelog.store.sqlite.connection import ConnectionThread, in_transaction
 from surfacelog.store.sqlite.file_format import (
     check_or_initialise,
     classify,
@@ -51,9 +51,9 @@ from surfacelog.store.sqlite.group_commit import (
     CommitObserver,
     GroupWriter,
     NewSession,
+    insert_rows,
 )
-from surfacelog.store.sqlite.imports import check_import, record_import
-from surfacelog.store.sqlite.statements import SELECT_EVENTS, insert_rows
+from surfacelog.store.sqlite.statements import SELECT_EVENTS, check_import, record_import
 from surfacelog.store.stored import StoredSession
 
 Synchronous = Literal["FULL", "NORMAL"]
@@ -104,7 +104,7 @@ def _read_session(session_id: str, since_seq: int, limit: int, bump: bool,
         rows = conn.execute(SELECT_EVENTS, (session_id, since_seq, limit)).fetchall()
         return StoredSession(row[0], row[1], row[2], rows)
 
-    return scoped_sql.in_transaction(conn, "BEGIN IMMEDIATE" if bump else "BEGIN", work)
+    return in_transaction(conn, "BEGIN IMMEDIATE" if bump else "BEGIN", work)
 
 
 def _create_streamed(header: SessionHeader, header_json: str,
@@ -146,7 +146,7 @@ def _create_streamed(header: SessionHeader, header_json: str,
             record_import(conn, sid, source, digest)
         return stored
 
-    return scoped_sql.in_transaction(conn, "BEGIN IMMEDIATE", work)
+    return in_transaction(conn, "BEGIN IMMEDIATE", work)
 
 
 def _list_sessions(conn: sqlite3.Connection) -> list[SessionInfo]:
