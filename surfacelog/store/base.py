@@ -32,8 +32,13 @@ from surfacelog.store.errors import (
     SessionNotFound,
     Unsupported,
 )
-from surfacelog.store.provenance import SourceCheck
-from surfacelog.store.rows import NO_ROWS, EncodedBatch, decode_rows, encode_batch
+from surfacelog.store.rows import (
+    NO_ROWS,
+    EncodedBatch,
+    SourceCheck,
+    decode_rows,
+    encode_batch,
+)
 from surfacelog.store.scoped import ScopedSession, ScopedState, SessionPage
 from surfacelog.store.stored import StoredSession, decode_header
 

@@ -8,15 +8,24 @@ NULL when the key is absent (so ``[]`` and ``null`` stay distinct from absent);
 Both directions work on whole batches: every ``data`` of a batch is encoded in one
 msgspec call (``encode_lines``, split at the newlines compact JSON never contains) and
 decoded in one call, which is what keeps the store within reach of raw ``executemany``.
+
+**Digest and provenance** (``RowDigest``, ``SourceCheck``). An import records, in the
+transaction that stores the session, its source (as given), how many events the source
+held and a digest of the rows stored for them. ``verify``
+reads the record back and digests the session's first rows again: a session that
+holds fewer of its source's events than the source held was cut short, one whose
+rows digest differently no longer holds what was imported. Events appended after the
+import are not the source's and are not digested.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Iterable, Sequence
 from typing import Any, Final, NamedTuple, cast
 
 import msgspec
-from msgspec import UNSET
+from msgspec import UNSET, Struct
 
 from surfacelog.schema.codec import JSON_DECODER, JSON_ENCODER
 from surfacelog.schema.dsh import PackedRun
@@ -296,5 +305,53 @@ def decode_rows(session_id: str, rows: Sequence[StoredRow], first_seq: int) -> l
         return [_decode_one(session_id, r) for r in rows]
 
 
-__all__ = ["NO_ROWS", "EncodedBatch", "Row", "StoredRow",
+class RowDigest:
+    """SHA-256 over ``events`` rows in seq order, each as the JSON array of its stored
+    columns without the session id (``seq, type, time, data, source_event_seqs,
+    surface_op, ignorable``), one per line: the same digest whether the rows are the
+    ones an import binds or the ones a later read selects."""
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+        self.rows = 0
+
+    def add(self, rows: Iterable[tuple[Any, ...]]) -> None:
+        """Digest ``rows`` (each the stored columns, session id excluded), in order."""
+        update, encode = self._hash.update, JSON_ENCODER.encode
+        count = 0
+        for row in rows:
+            update(encode(row))
+            update(b"\n")
+            count += 1
+        self.rows += count
+
+    def hexdigest(self) -> str:
+        """The digest of every row added so far."""
+        return self._hash.hexdigest()
+
+
+class SourceCheck(Struct, frozen=True):
+    """An imported session against its import record: imported from ``source`` with
+    ``events`` events (rows digested as ``digest``); ``stored`` of them are stored now
+    and ``matches`` says whether those rows digest as they did."""
+
+    session_id: str
+    source: str
+    events: int
+    stored: int
+    matches: bool
+
+    def problem(self) -> str | None:
+        """One line saying how the session differs from its source; ``None`` when it
+        holds every event of its source as imported."""
+        if self.stored < self.events:
+            return (f"cut short: imported from {self.source} with {self.events} events, "
+                    f"only {self.stored} of them are stored")
+        if not self.matches:
+            return (f"differs from its source: its first {self.events} events are not "
+                    f"those imported from {self.source}")
+        return None
+
+
+__all__ = ["NO_ROWS", "EncodedBatch", "Row", "RowDigest", "SourceCheck", "StoredRow",
            "decode_rows", "encode_batch", "stored_rows"]

@@ -1,7 +1,7 @@
 """The SQL the SQLite backend runs besides the group commit's inserts
 (``group_commit.insert_rows``): reading a session's events back, and the ``imports``
 table, an imported session's record written in the import's transaction and checked by
-``verify`` (``store.provenance``). The tables themselves: ``schema.sql``."""
+``verify`` (``store.rows.RowDigest``). The tables themselves: ``schema.sql``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sqlite3
 import time
 from typing import Final
 
-from surfacelog.store.provenance import RowDigest, SourceCheck
+from surfacelog.store.rows import RowDigest, SourceCheck
 from surfacelog.store.sqlite.connection import in_transaction
 
 SELECT_EVENTS: Final = (

@@ -28,8 +28,14 @@ from surfacelog.store.errors import (
     SessionNotFound,
     StoreError,
 )
-from surfacelog.store.provenance import RowDigest, SourceCheck
-from surfacelog.store.rows import NO_ROWS, EncodedBatch, encode_batch, encode_records
+from surfacelog.store.rows import (
+    NO_ROWS,
+    EncodedBatch,
+    RowDigest,
+    SourceCheck,
+    encode_batch,
+    encode_records,
+)
 from surfacelog.store.scoped import (
     ScopedSession,
     ScopedState,
