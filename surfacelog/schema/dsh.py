@@ -91,14 +91,14 @@ _ENCODER: Final = msgspec.json.Encoder()
 _DECODER: Final = msgspec.json.Decoder()
 
 
-class ReadNotes:
-    """What a reader noticed besides the events: packed rows expanded, zstd frames
-    read, and the torn tail it dropped (``None`` when there was none)."""
+class ReadNotes(Struct):
+    """What a reader noticed besides the events, counted as it reads: packed rows
+    expanded, zstd frames read, and the torn tail it dropped (``None`` when there was
+    none)."""
 
-    def __init__(self) -> None:
-        self.packed_rows = 0
-        self.frames = 0
-        self.torn: str | None = None
+    packed_rows: int = 0
+    frames: int = 0
+    torn: str | None = None
 
 
 class _TypeOnly(Struct):

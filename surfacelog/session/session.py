@@ -25,10 +25,9 @@ from surfacelog.schema.header import SessionHeader
 from surfacelog.schema.limits import check_scalar, own_json
 from surfacelog.session import shapes
 from surfacelog.session.derive import MessageCache, MessagesView, derive_from_nodes
-from surfacelog.session.surface import Replacement, SurfaceManager
+from surfacelog.session.surface import ListView, Replacement, SurfaceManager
 from surfacelog.session.timetravel import SurfaceHistory
 from surfacelog.session.turns import last_turn_boundary, turn_opened_by
-from surfacelog.session.views import ListView
 
 END_SEED = "session/end-seed"
 

@@ -8,8 +8,8 @@ the last synchronisation, reusing the plan already made for a just-checked candi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, NamedTuple, Protocol, overload
+from collections.abc import Iterator, Sequence
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar, overload
 
 from msgspec import UNSET, Struct
 
@@ -18,7 +18,6 @@ from surfacelog.schema.errors import SurfaceError
 from surfacelog.schema.events import EVENT_TYPES, MAX_SAFE_INT, Event
 from surfacelog.session import shapes
 from surfacelog.session.jsonvalue import json_equal
-from surfacelog.session.views import ListView
 
 
 class Replacement(Struct, rename="camel", frozen=True):
@@ -92,6 +91,48 @@ class FoldLog(EventLookup, Protocol):
     def append(self, event: Event, /) -> None: ...
 
     def extend(self, events: Sequence[Event], /) -> None: ...
+
+
+T = TypeVar("T")
+
+
+class ListView(Sequence[T], Generic[T]):
+    """A read-only live view of a list owned elsewhere (the manager's nodes, a session's
+    log), so readers can look without copying; it follows that list's changes."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: list[T]) -> None:
+        self._items = items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[T]: ...
+
+    def __getitem__(self, i: int | slice) -> T | list[T]:
+        return self._items[i]
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ListView):
+            return self._items == other._items
+        if isinstance(other, list):
+            return self._items == other
+        if isinstance(other, tuple):
+            return self._items == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._items!r})"
 
 
 class SurfaceManager:
