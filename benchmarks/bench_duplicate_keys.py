@@ -35,9 +35,8 @@ from bench_surface import generate_log
 
 from surfacelog.schema import codec
 from surfacelog.schema.events import Event
-from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.header import SessionHeader
-from surfacelog.schema.jsonkeys import may_repeat_keys
+from surfacelog.schema.limits import gc_paused, may_repeat_keys
 from surfacelog.store.sqlite.file_format import side_files
 
 

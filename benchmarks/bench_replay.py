@@ -48,9 +48,8 @@ from bench_surface import generate_log
 from surfacelog.cli.commands.logs import _fold_one
 from surfacelog.schema.codec import encode_json, encode_log
 from surfacelog.schema.events import Event
-from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.header import SessionHeader
-from surfacelog.schema.limits import MAX_LINE_BYTES
+from surfacelog.schema.limits import MAX_LINE_BYTES, gc_paused
 from surfacelog.store.activation import load
 from surfacelog.store.sqlite import SqliteEventStore
 from surfacelog.store.sqlite.statements import SELECT_EVENTS

@@ -58,9 +58,9 @@ from surfacelog.runtime.errors import SessionUnavailable as SessionUnavailable
 from surfacelog.runtime.live import SessionStats as SessionStats
 from surfacelog.schema.codec import JSON_DECODER, JSON_ENCODER
 from surfacelog.schema.events import Event, ReplaceOp
-from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.limits import (
     MAX_NESTING,
+    gc_paused,
     may_nest_too_deep,
     nesting_depth,
     nesting_error,

@@ -19,8 +19,7 @@ from surfacelog.gateway.errors import BadRequest
 from surfacelog.schema.codec import JSON_ENCODER
 from surfacelog.schema.events import MAX_SAFE_INT, Event, surface_op_from_json
 from surfacelog.schema.header import SessionHeader
-from surfacelog.schema.jsonkeys import check_duplicate_keys
-from surfacelog.schema.limits import nesting_error
+from surfacelog.schema.limits import check_duplicate_keys, nesting_error
 from surfacelog.session import AppendSpec, SurfaceSnapshot
 from surfacelog.session.compaction import CompactionRequest, PruneRequest
 from surfacelog.session.context import DEFAULT_PLUGIN, context_message

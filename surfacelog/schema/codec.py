@@ -43,13 +43,14 @@ from surfacelog.schema.errors import (
     UnreadableLog,
 )
 from surfacelog.schema.events import Event, ReplaceOp, surface_op_from_json
-from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.header import SessionHeader, header_from_json, header_to_json
-from surfacelog.schema.jsonkeys import check_duplicate_keys, may_repeat_keys
 from surfacelog.schema.limits import (
     MAX_LINE_BYTES,
     MAX_NESTING,
+    check_duplicate_keys,
+    gc_paused,
     may_nest_too_deep,
+    may_repeat_keys,
     nesting_depth,
     nesting_error,
 )
@@ -265,7 +266,7 @@ def _bulk_events(lines: list[bytes]) -> list[Event] | None:
     nothing but one comma between lines, that means every element is exactly one line.
 
     msgspec keeps the last of a key named twice: a block in which a key may be repeated
-    (``jsonkeys.may_repeat_keys``, over the events encoded again in one call) is left to
+    (``limits.may_repeat_keys``, over the events encoded again in one call) is left to
     the per-line path, which refuses the line that repeats one.
     """
     joined = b",".join(lines)
@@ -289,7 +290,7 @@ def _bulk_events(lines: list[bytes]) -> list[Event] | None:
 
 def _may_repeat_keys_in(doc: bytes, events: list[Event]) -> bool:
     """Whether the JSON array ``doc``, which msgspec decoded to ``events``, may name a
-    key twice in one of its objects (``jsonkeys.may_repeat_keys``: the events encoded
+    key twice in one of its objects (``limits.may_repeat_keys``: the events encoded
     again, in one call, and compared with ``doc``)."""
     return may_repeat_keys(doc, JSON_ENCODER.encode(events))
 

@@ -30,7 +30,7 @@ from msgspec import UNSET, Struct, UnsetType
 from surfacelog.schema.errors import DecodeError, LineTooLong
 from surfacelog.schema.events import MAX_SAFE_INT, Event
 from surfacelog.schema.header import SessionHeader, header_to_json
-from surfacelog.schema.jsonkeys import check_duplicate_keys
+from surfacelog.schema.limits import check_duplicate_keys
 
 ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
 """The first four bytes of a zstd frame (and so of a DSH ``session.jsonl.zstd``)."""

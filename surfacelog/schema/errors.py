@@ -97,7 +97,7 @@ class NestingError(DecodeError):
 
 class DuplicateKeyError(DecodeError):
     """A JSON object names the same key more than once (rule ``duplicate-key``; see
-    ``surfacelog.schema.jsonkeys``): the message names the key and the path of the
+    ``surfacelog.schema.limits``): the message names the key and the path of the
     object holding it."""
 
 

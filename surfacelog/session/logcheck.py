@@ -20,7 +20,7 @@ from msgspec import UNSET
 from surfacelog.schema.dsh import PackedRun
 from surfacelog.schema.errors import LogError
 from surfacelog.schema.events import Event
-from surfacelog.schema.gcpause import gc_paused
+from surfacelog.schema.limits import gc_paused
 from surfacelog.session import shapes
 from surfacelog.session.surface import Replacement, SurfaceManager
 

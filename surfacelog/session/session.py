@@ -20,9 +20,8 @@ from surfacelog.schema.events import (
     SurfaceType,
     surface_op_from_json,
 )
-from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.header import SessionHeader
-from surfacelog.schema.limits import check_scalar, own_json
+from surfacelog.schema.limits import check_scalar, gc_paused, own_json
 from surfacelog.session import shapes
 from surfacelog.session.derive import MessageCache, MessagesView, derive_from_nodes
 from surfacelog.session.surface import ListView, Replacement, SurfaceManager

@@ -31,9 +31,9 @@ from surfacelog.schema.codec import JSON_DECODER, JSON_ENCODER
 from surfacelog.schema.dsh import PackedRun
 from surfacelog.schema.errors import InvalidArgument
 from surfacelog.schema.events import Event, ReplaceOp
-from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.limits import (
     MAX_NESTING,
+    gc_paused,
     may_nest_too_deep,
     nesting_depth,
     nesting_error,

@@ -27,7 +27,7 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
-from surfacelog.schema.jsonkeys import find_duplicate_key
+from surfacelog.schema.limits import find_duplicate_key
 from surfacelog.store.errors import ShardConfigError
 
 DEFAULT_SHARD: Final = "default"

@@ -26,7 +26,7 @@ from surfacelog.actors.protocol import (
     unpack_batch,
 )
 from surfacelog.schema.events import Event, ReplaceOp
-from surfacelog.schema.gcpause import gc_paused
+from surfacelog.schema.limits import gc_paused
 from surfacelog.session import AppendSpec, Session
 from surfacelog.store.rows import encode_batch
 

@@ -21,7 +21,7 @@ from surfacelog.schema.dsh import encode_dsh
 from surfacelog.schema.errors import DecodeError, DuplicateKeyError
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
-from surfacelog.schema.jsonkeys import (
+from surfacelog.schema.limits import (
     DuplicateKey,
     check_duplicate_keys,
     find_duplicate_key,

@@ -121,7 +121,7 @@ def fold(files: FileArgs, json: JsonOpt = False, legacy: LegacyOpt = False,
     valid file, 2 when one cannot be read, is not JSONL or has a line longer than
     ``--max-line-bytes``, 130 when interrupted.
     """
-    from surfacelog.schema.gcpause import gc_paused
+    from surfacelog.schema.limits import gc_paused
 
     console = None
     if not json:  # rich is loaded for the tree only: --json prints without it

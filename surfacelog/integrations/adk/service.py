@@ -65,8 +65,8 @@ from typing_extensions import override
 from surfacelog.runtime.handle import MAX_REPLANS, EmbeddedHandle, SessionLike
 from surfacelog.schema.codec import encode_json
 from surfacelog.schema.events import Event
-from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.header import SESSION_FORMAT_VERSION, SessionHeader
+from surfacelog.schema.limits import gc_paused
 from surfacelog.session import AppendSpec, now_ms
 from surfacelog.session.errors import StaleRequest
 from surfacelog.store.base import EventStore, ScopedEventStore, require_scoped
@@ -115,7 +115,7 @@ class _Open:
     def index(self, events: Sequence[Event]) -> None:
         """Add the ADK events among ``events`` (the log's next, from seq ``length``) to
         ``events``, and count them all as read."""
-        with gc_paused():  # thousands of acyclic models at a reload: see gcpause
+        with gc_paused():  # thousands of acyclic models at a reload: see limits.gc_paused
             self._index(events)
         if events:
             self.length = events[-1].seq + 1

@@ -56,7 +56,7 @@ from surfacelog.runtime.handle import SurfaceView as View
 from surfacelog.schema.codec import decode_json, encode_json
 from surfacelog.schema.errors import LogError
 from surfacelog.schema.events import Event, ReplaceOp
-from surfacelog.schema.gcpause import gc_paused
+from surfacelog.schema.limits import gc_paused
 from surfacelog.session import (
     AppendSpec,
     SurfaceSnapshot,
@@ -239,7 +239,7 @@ class SurfacelogSession:
                     buffer += b","
                 buffer += chunk
         self._buffered = len(nodes)
-        with gc_paused():  # thousands of fresh acyclic dicts: see gcpause
+        with gc_paused():  # thousands of fresh acyclic dicts: see limits.gc_paused
             items: list[Item] = decode_json(bytes(buffer) + b"]")
         return items
 

@@ -16,8 +16,8 @@ from surfacelog.schema.codec import JSON_ENCODER
 from surfacelog.schema.dsh import PackedRun
 from surfacelog.schema.errors import DecodeError, InvalidArgument
 from surfacelog.schema.events import Event
-from surfacelog.schema.gcpause import gc_paused
 from surfacelog.schema.header import SessionHeader, check_header, header_to_json
+from surfacelog.schema.limits import gc_paused
 from surfacelog.store.base import EventStore, ScopedEventStore, SessionInfo
 from surfacelog.store.errors import (
     DatabaseNotFound,
