@@ -98,6 +98,8 @@ def _own_seqs(value: Any) -> Any:
 
 
 def _own_op(value: Any) -> Any:
+    if isinstance(value, (str, ReplaceOp)):  # "append", or a marker already typed
+        return value
     value = surface_op_from_json(value)
     if isinstance(value, ReplaceOp):
         return value

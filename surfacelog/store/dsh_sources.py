@@ -20,11 +20,10 @@ from surfacelog.schema.codec import JSON_DECODER, JSON_ENCODER, LogFile, decode_
 from surfacelog.schema.dsh import PACKED_TYPES, ReadNotes
 from surfacelog.schema.errors import LogError
 from surfacelog.store.errors import DshSourceError
+from surfacelog.store.sqlite.file_format import DSH_APPLICATION_ID
 
 DSH_SCHEMA_VERSION: Final = 17
-DSH_APPLICATION_ID: Final = 0x44534850  # "DSHP"
 SESSION_FILES: Final = ("session.jsonl", "session.jsonl.zstd")
-_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 _MAX_SAFE: Final = 2**53 - 1
 _PACKED_MAX_MEMBERS: Final = 1024
 _PACKED_MAX_BYTES: Final = 1 << 20
@@ -70,24 +69,6 @@ def session_files(root: Path) -> list[Path]:
 
 # -- the SQLite database --------------------------------------------------------------------
 
-
-def sqlite_identity(path: Path) -> tuple[int, int] | None:
-    """``(user_version, application_id)`` read from a SQLite file's header, or ``None``
-    when ``path`` is not a readable SQLite file."""
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(100)
-    except OSError:
-        return None
-    if len(head) < 100 or not head.startswith(_SQLITE_MAGIC):
-        return None
-    return int.from_bytes(head[60:64], "big"), int.from_bytes(head[68:72], "big")
-
-
-def is_dsh_database(path: Path) -> bool:
-    """Whether ``path`` is a SQLite file carrying DSH's application id."""
-    identity = sqlite_identity(path)
-    return identity is not None and identity[1] == DSH_APPLICATION_ID
 
 
 _SESSIONS_COLUMNS: Final = ["id", "version", "created_at", "cwd", "parent_session",

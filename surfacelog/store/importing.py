@@ -32,9 +32,10 @@ from surfacelog.schema.header import SessionHeader
 from surfacelog.schema.limits import MAX_LINE_BYTES
 from surfacelog.session import upgrade_legacy
 from surfacelog.store.base import EventStore
-from surfacelog.store.dsh_sources import is_dsh_database, read_database, session_files
+from surfacelog.store.dsh_sources import read_database, session_files
 from surfacelog.store.errors import DshSourceError, ImportAbandoned, SessionExists, StoreError
 from surfacelog.store.jsonl import import_log, import_stream, prepare_import
+from surfacelog.store.sqlite.file_format import is_dsh_database
 
 Origin: TypeAlias = Literal["file", "root", "database"]
 """Where a session came from: a log file given by itself, a session file of a DSH

@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 # The store, the codec, rich and the import pipeline are imported inside each command:
 # registering these commands must cost ``surfacelog --help`` and ``fold`` nothing.
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 _PAGE = 50
 
 
@@ -100,9 +99,10 @@ def export(db: DbArg = None,
     from surfacelog.store.errors import StoreError
     from surfacelog.store.jsonl import export_session
     from surfacelog.store.shardset import ShardedStores
+    from surfacelog.store.sqlite.file_format import is_sqlite_file
 
     if (shards is not None and session is None and db is not None
-            and not _is_sqlite(Path(db))):
+            and not is_sqlite_file(Path(db))):
         db, session = None, db
     shard_map = either("export", db, shards)
     if session is None:
@@ -172,13 +172,13 @@ def import_(db: DbArg = None,
     """
     from contextlib import aclosing
 
-    from surfacelog.store.dsh_sources import is_dsh_database
     from surfacelog.store.importing import ImportOptions, StoreTarget, import_sources
     from surfacelog.store.shardset import ShardedStores
+    from surfacelog.store.sqlite.file_format import is_dsh_database, is_sqlite_file
 
     paths = list(files or [])
     if shards is not None and db is not None:
-        if _is_sqlite(Path(db)) and not is_dsh_database(Path(db)):
+        if is_sqlite_file(Path(db)) and not is_dsh_database(Path(db)):
             raise usage("import", "give either DB or --shard-map FILE, not both")
         paths.insert(0, Path(db))
         db = None
@@ -254,16 +254,6 @@ def _report_import(outcome: Outcome) -> int:
             return 2
     raise AssertionError(f"unknown import outcome {outcome!r}")
 
-
-def _is_sqlite(path: Path) -> bool:
-    """Whether ``path`` is a readable file that starts like a SQLite database: with
-    ``--shard-map``, a positional that is one is a DB given as well, not a session id or a
-    log."""
-    try:
-        with path.open("rb") as f:
-            return f.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
-    except OSError:
-        return False
 
 
 def verify(db: DbArg = None, shards: ShardMapOpt = None) -> None:
@@ -508,9 +498,10 @@ def inspect(db: DbArg = None,
     from surfacelog.cli.inspection import inspect_db, inspect_shards
     from surfacelog.cli.render import echo
     from surfacelog.store.errors import StoreError
+    from surfacelog.store.sqlite.file_format import is_sqlite_file
 
     if shards is not None and db is not None:
-        if session is not None or _is_sqlite(Path(db)):
+        if session is not None or is_sqlite_file(Path(db)):
             raise usage("inspect", "give either DB or --shard-map FILE, not both")
         db, session = None, db
     shard_map = either("inspect", db, shards)

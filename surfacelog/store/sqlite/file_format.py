@@ -34,7 +34,10 @@ LITESTREAM_TABLES: Final = frozenset({"_litestream_seq", "_litestream_lock"})
 """Tables Litestream creates in a database it replicates (its own bookkeeping: a
 sequence it bumps to force a WAL write, and a lock table); not part of our schema."""
 
-_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database file."""
+DSH_APPLICATION_ID: Final = 0x44534850  # "DSHP"
+"""``PRAGMA application_id`` of DeepSeek Harness's session databases."""
 SIDE_FILES: Final = ("-wal", "-shm", "-journal")
 """What SQLite keeps beside a database file ``X``: ``X-wal``, ``X-shm``, ``X-journal``."""
 
@@ -42,6 +45,39 @@ SIDE_FILES: Final = ("-wal", "-shm", "-journal")
 def side_files(db: Path) -> list[Path]:
     """The ``-wal``, ``-shm`` and ``-journal`` files of ``db`` that exist."""
     return [p for p in (db.with_name(db.name + s) for s in SIDE_FILES) if p.exists()]
+
+
+def _head(path: Path, size: int) -> bytes | None:
+    """The first ``size`` bytes (or fewer) of the regular file ``path``; ``None`` when it
+    is not one or cannot be read (nothing else is opened: a FIFO would block the read)."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return None
+        with path.open("rb") as handle:
+            return handle.read(size)
+    except OSError:
+        return None
+
+
+def is_sqlite_file(path: Path) -> bool:
+    """Whether ``path`` is a readable regular file that starts like a SQLite database."""
+    return _head(path, len(SQLITE_MAGIC)) == SQLITE_MAGIC
+
+
+def sqlite_identity(path: Path) -> tuple[int, int] | None:
+    """``(user_version, application_id)`` read from a SQLite file's header, or ``None``
+    when ``path`` is not a readable SQLite file."""
+    head = _head(path, 100)
+    if head is None or len(head) < 100 or not head.startswith(SQLITE_MAGIC):
+        return None
+    return int.from_bytes(head[60:64], "big"), int.from_bytes(head[68:72], "big")
+
+
+def is_dsh_database(path: Path) -> bool:
+    """Whether ``path`` is a SQLite file carrying DSH's application id (whether DSH's
+    schema is one this build reads is ``dsh_sources.read_database``'s check)."""
+    identity = sqlite_identity(path)
+    return identity is not None and identity[1] == DSH_APPLICATION_ID
 
 
 def schema_sql() -> str:
@@ -223,8 +259,8 @@ def inspect_file(path: Path) -> FileState:
     if info.st_size == 0:
         return "new"
     with path.open("rb") as handle:
-        magic = handle.read(len(_SQLITE_MAGIC))
-    if magic != _SQLITE_MAGIC:
+        magic = handle.read(len(SQLITE_MAGIC))
+    if magic != SQLITE_MAGIC:
         raise VersionRefused(f"{path} is not a SQLite database (no SQLite header); refused "
                              f"and left unmodified")
     wal = path.with_name(path.name + "-wal")
