@@ -162,7 +162,7 @@ def _append_over_ray(folder: str, writer: str) -> dict[str, set[str]]:
 
 
 def _import(folder: str) -> dict[str, set[str]]:
-    from surfacelog.cli import main
+    from surfacelog.cli.application import main
 
     log = Path(folder) / "one.jsonl"
     log.write_text(

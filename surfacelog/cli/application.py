@@ -1,10 +1,11 @@
-"""The ``surfacelog`` typer app and its console-script entry point.
+"""The ``surfacelog`` typer app and its console-script entry point (``main``).
 
 Each command group adds its commands here, in the order ``--help`` lists them; ``main``
 runs the app with the one-line Ctrl-C handling every command but ``run`` shares. A
 command line naming a command builds the app with that command's group alone
 (``GROUPS``), so that ``surfacelog fold`` does not import the modules of ``run`` or
-``import``.
+``import``. This module itself imports only the standard library: ``main`` is running,
+and handles a Ctrl-C, before typer and the commands load.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import importlib
 import os
 import signal
 import sys
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import typer
+if TYPE_CHECKING:
+    import typer
 
 GROUPS: Final = {
     "logs": ("fold", "repair"),
@@ -30,6 +32,8 @@ order ``--help`` lists them."""
 def build_app(command: str | None = None) -> typer.Typer:
     """The app with every command group registered, or with only the group of
     ``command`` when it names one (a command line is parsed the same either way)."""
+    import typer
+
     # Plain help and usage errors (click's), not typer's rich panels: rendering those
     # imports rich and costs ``surfacelog --help`` more than everything else it loads.
     built = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,

@@ -1,6 +1,13 @@
-"""What the command groups share: the options several commands take, the one-line
-exits (usage errors, failures), the choice between DB and ``--shard-map FILE``, and the
-opening of a store with its one-line refusal.
+"""What the command groups share: the options several commands take, the one way data
+reaches the terminal (``clean``, ``echo``), the one-line exits (usage errors,
+failures), the choice between DB and ``--shard-map FILE``, and the opening of a store
+with its one-line refusal.
+
+Terminal safety: everything that comes from data (session ids, event types, message
+text, file names, error messages quoting them) goes to the terminal through ``clean``:
+control characters, ANSI escape sequences and bidirectional overrides are shown as
+visible ``\\xNN``/``\\uNNNN`` escapes. ``echo`` is ``typer.echo`` of a cleaned line;
+rich renderings take data as ``render.text``, never as markup.
 
 Importing it is cheap (typer, and ``SurfacelogError`` for ``CannotOpen``): the helpers
 import the store, asyncio and rich when called, so that every group module can import
@@ -9,9 +16,10 @@ it at start-up without slowing ``surfacelog --help`` or ``fold``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
 
 import typer
 
@@ -40,6 +48,29 @@ ShardMapOpt = Annotated[Path | None, typer.Option(
 LIMIT_OPTION = "--max-line-bytes"
 """The option that raises the line limit, named by a too-long line's message."""
 
+# -- the terminal ------------------------------------------------------------------------
+
+_UNSAFE: Final = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
+                            "\u202a-\u202e\u2066-\u2069]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def clean(value: object) -> str:
+    """``str(value)`` with every control character (C0, DEL, C1: so no ANSI escape
+    sequence), line/paragraph separator and bidirectional override shown as a visible
+    escape (``\\x1b``), for printing one line to a terminal."""
+    return _UNSAFE.sub(_visible, str(value))
+
+
+def echo(message: object, *, err: bool = False) -> None:
+    """``typer.echo`` of ``clean(message)``: one terminal-safe line."""
+    typer.echo(clean(message), err=err)
+
+
 # -- one-line exits, stores ------------------------------------------------------------------
 
 
@@ -53,7 +84,6 @@ def either(command: str, db: str | None, shards: Path | None) -> ShardMap | None
     """The shard map of ``--shard-map`` (``shards``; ``None`` for a single DB). Exits 2
     with a one-line message unless exactly one of DB and ``--shard-map`` is given, or
     when the shard map cannot be read or is malformed."""
-    from surfacelog.cli.render import echo
     from surfacelog.store.errors import ShardConfigError
     from surfacelog.store.shardmap import load_shard_map
 
@@ -75,8 +105,6 @@ def either(command: str, db: str | None, shards: Path | None) -> ShardMap | None
 
 def fail(exc: Exception) -> typer.Exit:
     """Print ``exc`` on one line; the exit (status 1) to raise."""
-    from surfacelog.cli.render import echo
-
     echo(exc, err=True)
     return typer.Exit(1)
 
@@ -109,8 +137,6 @@ def run_on_store(work: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run(work)``, turning ``CannotOpen`` into its one line and exit 2."""
     import asyncio
 
-    from surfacelog.cli.render import echo
-
     try:
         return asyncio.run(work)
     except CannotOpen as exc:
@@ -124,8 +150,6 @@ def refuse_unsafe_output(output: Path | None, databases: list[str], force: bool)
         return
     from surfacelog.cli.errors import OutputError
     from surfacelog.cli.outputs import check_output
-    from surfacelog.cli.render import echo
-
     try:
         check_output(output, databases=databases, force=force)
     except OutputError as exc:

@@ -1,12 +1,10 @@
-"""Readable renderings for the terminal (rich), and the one way data reaches it.
+"""Readable renderings for the terminal (rich): surfaces as trees, data as ``Text``.
 
-Terminal safety: everything that comes from data (session ids, event types, message
-text, file names, error messages quoting them) goes to the terminal through ``clean``
-(control characters, ANSI escape sequences and bidirectional overrides are shown as
-visible ``\\xNN``/``\\uNNNN`` escapes) and reaches rich only as ``Text`` (``text``)
-or escaped markup (``markup_safe``), never as markup: a session id ``[/x]`` or
-``[bold red]PWN[/bold red]`` prints as those characters. ``echo`` is ``typer.echo`` of
-a cleaned line. Stored data is never changed: only what is printed.
+Terminal safety: data (session ids, event types, message text, file names, error
+messages quoting them) reaches rich only cleaned (``common.clean``) and as ``Text``
+(``text``) or escaped markup (``markup_safe``), never as markup: a session id ``[/x]``
+or ``[bold red]PWN[/bold red]`` prints as those characters. Plain lines go through
+``common.echo``. Stored data is never changed: only what is printed.
 
 Surfaces: each node with its seq, type and a short text; each replacement expandable
 to the events it shadowed.
@@ -14,34 +12,18 @@ to the events it shadowed.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any
 
-import typer
 from rich.markup import escape
 from rich.text import Text
 from rich.tree import Tree
 
+from surfacelog.cli.common import clean
 from surfacelog.schema.events import Event
 from surfacelog.session.surface import Replacement
 
 SHORT = 72
-
-_UNSAFE: Final = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
-                            "\u202a-\u202e\u2066-\u2069]")
-
-
-def _visible(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def clean(value: object) -> str:
-    """``str(value)`` with every control character (C0, DEL, C1: so no ANSI escape
-    sequence), line/paragraph separator and bidirectional override shown as a visible
-    escape (``\\x1b``), for printing one line to a terminal."""
-    return _UNSAFE.sub(_visible, str(value))
 
 
 def text(value: object, style: str = "") -> Text:
@@ -52,12 +34,6 @@ def text(value: object, style: str = "") -> Text:
 def markup_safe(value: object) -> str:
     """``clean(value)`` escaped for rich markup, to put data inside a markup string."""
     return escape(clean(value))
-
-
-def echo(message: object, *, err: bool = False) -> None:
-    """``typer.echo`` of ``clean(message)``: one terminal-safe line."""
-    typer.echo(clean(message), err=err)
-
 
 
 def _text_of(blocks: Any) -> str:

@@ -23,9 +23,9 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from surfacelog.cli import app
+from surfacelog.cli.common import clean
 from surfacelog.cli.errors import OutputError
 from surfacelog.cli.outputs import check_output, write_atomic
-from surfacelog.cli.render import clean
 from surfacelog.schema.limits import MAX_NESTING
 
 from support import paths

@@ -69,7 +69,7 @@ sys.addaudithook(hook)
 atexit.register(_write)
 
 if __name__ == "__main__":
-    from surfacelog.cli import main
+    from surfacelog.cli.application import main
 
     sys.argv = ["surfacelog", *sys.argv[1:]]
     main()

@@ -215,7 +215,7 @@ def _report_import(outcome: Outcome) -> int:
     """Print one outcome of ``import`` on its line (refusals on stderr); its exit
     status: 2 for a file given by itself that cannot be read and for a DSH root or
     database that cannot, 1 for any other refusal, else 0."""
-    from surfacelog.cli.render import echo
+    from surfacelog.cli.common import echo
     from surfacelog.store.importing import (
         AlreadyStored,
         Imported,
@@ -271,7 +271,7 @@ def verify(db: DbArg = None, shards: ShardMapOpt = None) -> None:
     store cannot be opened (missing, foreign, another version, truncated), on a usage
     error or a bad shard configuration.
     """
-    from surfacelog.cli.render import echo
+    from surfacelog.cli.common import echo
     from surfacelog.store.errors import StoreError
     from surfacelog.store.verify import verify_store
 
@@ -303,7 +303,7 @@ def _verify_shards(shard_map: ShardMap) -> int:
     """Print ``verify_shards``; returns the exit status (0 when all is well, else 1)."""
     import asyncio
 
-    from surfacelog.cli.render import echo
+    from surfacelog.cli.common import echo
     from surfacelog.store.verify import verify_shards
 
     result = asyncio.run(verify_shards(shard_map))
@@ -364,7 +364,7 @@ def restore(
 
     import msgspec
 
-    from surfacelog.cli.render import echo
+    from surfacelog.cli.common import echo
     from surfacelog.store.errors import LitestreamNotFound, ReplicaError, RestoreRefused
     from surfacelog.store.replica import restore as restore_replica
 
@@ -419,7 +419,8 @@ def digest(db: DbArg = None, json: JsonOpt = False, shards: ShardMapOpt = None) 
     from rich.console import Console
     from rich.table import Column, Table
 
-    from surfacelog.cli.render import echo, text
+    from surfacelog.cli.common import echo
+    from surfacelog.cli.render import text
     from surfacelog.schema.codec import encode_json
     from surfacelog.store.digests import shard_digests, store_digest_report
     from surfacelog.store.errors import StoreError
@@ -495,8 +496,8 @@ def inspect(db: DbArg = None,
     another version, truncated), on a usage error or a bad shard configuration."""
     from rich.console import Console
 
+    from surfacelog.cli.common import echo
     from surfacelog.cli.inspection import inspect_db, inspect_shards
-    from surfacelog.cli.render import echo
     from surfacelog.store.errors import StoreError
     from surfacelog.store.sqlite.file_format import is_sqlite_file
 
@@ -546,8 +547,8 @@ def fork_command(
     INVALID_BOUNDARY (--at not a seq of the log), 6 OPEN_TURN (--at inside a turn), 1
     when the store fails, 2 when it cannot be opened, 130 when interrupted.
     """
+    from surfacelog.cli.common import echo
     from surfacelog.cli.forking import FORK_EXIT, fork_stored
-    from surfacelog.cli.render import echo
     from surfacelog.schema.codec import encode_json
     from surfacelog.session.errors import ForkError
     from surfacelog.store.errors import StoreError

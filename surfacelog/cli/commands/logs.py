@@ -152,7 +152,8 @@ def repair(file: Annotated[Path, typer.Argument(help="JSONL session log")],
     """
     from rich.console import Console
 
-    from surfacelog.cli.render import echo, text
+    from surfacelog.cli.common import echo
+    from surfacelog.cli.render import text
     from surfacelog.schema.codec import encode_json
     from surfacelog.session import interrupted_turn_closers, replay
 

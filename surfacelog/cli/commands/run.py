@@ -77,9 +77,9 @@ def run(**options: Any) -> None:
 def _run_locked(config: RunConfig) -> int:
     """Check ``run``'s files before anything starts, then run holding the database's
     lock; returns the exit status (see ``run``)."""
+    from surfacelog.cli.common import echo
     from surfacelog.cli.errors import DatabaseInUse
     from surfacelog.cli.localcluster import shard_files
-    from surfacelog.cli.render import echo
     from surfacelog.cli.run_display import EXIT_FAILED, run_live
     from surfacelog.cli.runlock import RunLock
 
