@@ -842,3 +842,49 @@ async def _create_one(db: Path) -> None:
     store = await SqliteEventStore.open(db)
     await store.create(header("precheck"))
     await store.close()
+
+
+def test_file_kind_probes_tell_ours_dshs_and_others_apart_and_never_block(
+        tmp_path: Path) -> None:
+    """``is_sqlite_file``, ``sqlite_identity`` and ``is_dsh_database`` read a file's
+    header: ours and DSH's databases are told apart by application id; a text file, a
+    file holding only the magic, a missing path and a directory are no database; a FIFO
+    is not opened (a read of it would wait for a writer that never comes)."""
+    from surfacelog.store.sqlite.file_format import (
+        DSH_APPLICATION_ID,
+        SQLITE_MAGIC,
+        is_dsh_database,
+        is_sqlite_file,
+        sqlite_identity,
+    )
+
+    from support.dsh_database import dsh_database
+
+    ours = tmp_path / "ours.db"
+    asyncio.run(_create_one(ours))
+    dsh = tmp_path / "dsh.db"
+    dsh_database(dsh, {})
+    text = tmp_path / "log.jsonl"
+    text.write_text('{"type":"turn/start"}\n', encoding="utf-8")
+    magic_only = tmp_path / "magic.db"
+    magic_only.write_bytes(SQLITE_MAGIC)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+
+    assert sqlite_identity(ours) == (SCHEMA_VERSION, APPLICATION_ID)
+    assert sqlite_identity(dsh) is not None and sqlite_identity(dsh)[1] == DSH_APPLICATION_ID
+    assert (is_dsh_database(ours), is_dsh_database(dsh)) == (False, True)
+    assert is_sqlite_file(ours) and is_sqlite_file(dsh) and is_sqlite_file(magic_only)
+    for other in (text, magic_only, tmp_path / "missing.db", tmp_path, fifo):
+        assert sqlite_identity(other) is None, other
+        assert not is_dsh_database(other), other
+    for other in (text, tmp_path / "missing.db", tmp_path, fifo):
+        assert not is_sqlite_file(other), other
+
+
+async def _create_one(path: Path) -> None:
+    store = await SqliteEventStore.open(path)
+    try:
+        await store.create(header("s1"), [])
+    finally:
+        await store.close()
