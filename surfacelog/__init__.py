@@ -9,9 +9,11 @@ of the package derives from ``SurfacelogError``.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at start-up
 if TYPE_CHECKING:
+    from typing import Any
+
     from surfacelog.actors.client import connect
     from surfacelog.schema import Event, SessionHeader, SurfacelogError
     from surfacelog.session import Session, fold_surface

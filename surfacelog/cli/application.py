@@ -4,19 +4,25 @@ Each command group adds its commands here, in the order ``--help`` lists them; `
 runs the app with the one-line Ctrl-C handling every command but ``run`` shares. A
 command line naming a command builds the app with that command's group alone
 (``GROUPS``), so that ``surfacelog fold`` does not import the modules of ``run`` or
-``import``. This module itself imports only the standard library: ``main`` is running,
-and handles a Ctrl-C, before typer and the commands load.
+``import``.
+
+The console script imports this module, then runs ``main``. So that a Ctrl-C is one
+line wherever it lands, the module body imports only what the interpreter has loaded
+before any command line code runs (``importlib``, ``os``, ``sys``; ``typing`` only for
+the type checker), and ``main`` imports ``signal``, typer and the commands where it
+handles a Ctrl-C.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-import signal
 import sys
-from typing import TYPE_CHECKING, Any, Final
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at start-up
 if TYPE_CHECKING:
+    from typing import Any, Final
+
     import typer
 
 GROUPS: Final = {
@@ -59,31 +65,51 @@ def __getattr__(name: str) -> Any:
         return built
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 _interrupted = False
+_loading = False
 _INTERRUPTED: Final = "surfacelog: interrupted\n"
 """The one line a Ctrl-C ends a command with (exit status 130)."""
 
 
 def _on_interrupt(signum: int, frame: object) -> None:
     """The first Ctrl-C interrupts the command; later ones are ignored while it cleans
-    up (closing its store), so that it ends with one line, not a traceback."""
+    up (closing its store), so that it ends with one line, not a traceback. While the
+    command line still loads, the Ctrl-C is only noted and ``main`` ends once the load
+    is done: an exception raised in the middle of an import can land in the import
+    machinery's own callbacks, which print it with a traceback."""
+    import signal  # loaded by main already
+
     global _interrupted
     _interrupted = True
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    raise KeyboardInterrupt
+    if not _loading:
+        raise KeyboardInterrupt
 
 
 def main() -> None:
     """Console-script entry point. Ctrl-C (once or repeatedly) ends every command but
     ``run`` (which reports what it did first) with ``surfacelog: interrupted`` on
     stderr and exit status 130, never a traceback."""
+    global _loading
     handled = sys.argv[1:2] != ["run"]
-    if handled:
-        signal.signal(signal.SIGINT, _on_interrupt)
+    try:
+        import signal
+
+        if handled:
+            _loading = True
+            signal.signal(signal.SIGINT, _on_interrupt)
+    except KeyboardInterrupt:  # before the handler: the same one line
+        sys.stderr.write(_INTERRUPTED)
+        raise SystemExit(130) from None
     watched = _WatchedOutput(sys.stdout)
     sys.stdout = watched
     try:
-        build_app(sys.argv[1] if len(sys.argv) > 1 else None)()
+        app = build_app(sys.argv[1] if len(sys.argv) > 1 else None)
+        _loading = False
+        if _interrupted:
+            raise KeyboardInterrupt
+        app()
     except KeyboardInterrupt:
         _interrupted_exit()
     except SystemExit as exc:
@@ -105,6 +131,8 @@ def _on_late_interrupt(signum: int, frame: object) -> None:
     traceback. The command's output is flushed, then the process ends at once with
     ``surfacelog: interrupted`` and status 130 (an exception of that flush is moot: the
     process is ending on the user's request, and ``os._exit`` never hangs)."""
+    import signal  # loaded by main already
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         sys.stdout.flush()
@@ -170,6 +198,8 @@ def _output_failed_exit(exc: OSError) -> None:
 def _interrupted_exit() -> None:
     """End with ``surfacelog: interrupted`` on stderr and exit status 130, Ctrl-C
     ignored meanwhile."""
+    import signal  # loaded by main already
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         sys.stderr.write(_INTERRUPTED)
