@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import itertools
 import os
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -875,16 +877,28 @@ def test_file_kind_probes_tell_ours_dshs_and_others_apart_and_never_block(
     assert sqlite_identity(dsh) is not None and sqlite_identity(dsh)[1] == DSH_APPLICATION_ID
     assert (is_dsh_database(ours), is_dsh_database(dsh)) == (False, True)
     assert is_sqlite_file(ours) and is_sqlite_file(dsh) and is_sqlite_file(magic_only)
-    for other in (text, magic_only, tmp_path / "missing.db", tmp_path, fifo):
+    for other in (text, magic_only, tmp_path / "missing.db", tmp_path):
         assert sqlite_identity(other) is None, other
         assert not is_dsh_database(other), other
-    for other in (text, tmp_path / "missing.db", tmp_path, fifo):
+    for other in (text, tmp_path / "missing.db", tmp_path):
         assert not is_sqlite_file(other), other
 
+    # A probe that opened the FIFO would wait for a writer: the probes run on a thread,
+    # and only when it is stuck is each open given a writer (opened and closed) until
+    # they end, so this test fails instead of hanging.
+    found: list[tuple[object, ...]] = []
+    probe = threading.Thread(target=lambda: found.append(
+        (sqlite_identity(fifo), is_dsh_database(fifo), is_sqlite_file(fifo))), daemon=True)
+    probe.start()
+    probe.join(10)
+    if probe.is_alive():
+        while probe.is_alive():
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # ENXIO: no reader has it open just now
+                    raise
+            probe.join(0.05)
+        pytest.fail("a probe opened the FIFO and waited on it")
+    assert found == [(None, False, False)]
 
-async def _create_one(path: Path) -> None:
-    store = await SqliteEventStore.open(path)
-    try:
-        await store.create(header("s1"), [])
-    finally:
-        await store.close()
