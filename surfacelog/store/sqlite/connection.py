@@ -96,7 +96,12 @@ class ConnectionThread:
 
 
 def in_transaction(conn: sqlite3.Connection, begin: str, work: Callable[[], T]) -> T:
-    """Run ``work`` between ``begin`` and ``COMMIT``; roll back and re-raise on failure."""
+    """Run ``work`` between ``begin`` and ``COMMIT``; roll back and re-raise on failure.
+    Every unit of work on the connection starts clean: a transaction still open because
+    an earlier unit's ``ROLLBACK`` failed too is rolled back first (``begin`` would
+    otherwise fail, and keep failing, inside it)."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
     conn.execute(begin)
     try:
         result = work()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from surfacelog.store.errors import FileBusy, VersionRefused
+from surfacelog.store.sqlite.connection import in_transaction
 
 SCHEMA_VERSION: Final = 3
 """Bump with every change of ``schema.sql``."""
@@ -313,14 +314,9 @@ def check_or_initialise(conn: sqlite3.Connection, where: str) -> FileState:
     state = classify(read_shape(conn), where)
     if state == "ours":
         return state
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        now = classify(read_shape(conn), where)
-        if now == "new":
+    def work() -> None:
+        if classify(read_shape(conn), where) == "new":
             _create(conn)
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
+
+    in_transaction(conn, "BEGIN IMMEDIATE", work)
     return state

@@ -36,13 +36,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import sqlite3
 import time
 from collections import deque
 from collections.abc import Sequence
-from functools import partial
+from functools import cache, partial
 from itertools import chain
 from typing import Final, NamedTuple, Protocol
 
@@ -60,7 +59,7 @@ from surfacelog.store.errors import (
     WriterFenced,
 )
 from surfacelog.store.rows import NO_ROWS, EncodedBatch, Row
-from surfacelog.store.sqlite.connection import ConnectionThread
+from surfacelog.store.sqlite.connection import ConnectionThread, in_transaction
 from surfacelog.store.sqlite.scoped import StateWrite, write_state
 from surfacelog.store.sqlite.statements import SELECT_EVENTS
 from surfacelog.store.stored import StoredSession
@@ -87,7 +86,8 @@ INSERT_EVENTS: Final = (
 ROWS_PER_STATEMENT: Final = 64
 """Rows per multi-row INSERT: 512 parameters, well under SQLite's limit of 32766."""
 
-@functools.cache
+
+@cache
 def _insert_sql(rows: int) -> str:
     """``INSERT_EVENTS`` with ``rows`` value tuples."""
     return INSERT_EVENTS + ", (?, ?, ?, ?, ?, ?, ?, ?)" * (rows - 1)
@@ -267,17 +267,8 @@ def commit_group(items: Sequence[PendingBatch], conn: sqlite3.Connection
     """Write ``items`` in one ``BEGIN IMMEDIATE`` transaction; return each batch's
     outcome (``None`` = written). Raises the SQLite error that made the transaction
     fail, after rolling it back."""
-    if conn.in_transaction:  # a ROLLBACK of an earlier failed group failed too
-        conn.execute("ROLLBACK")
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        outcomes = [_write_batch(conn, item) for item in items]
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return outcomes
+    return in_transaction(conn, "BEGIN IMMEDIATE",
+                          lambda: [_write_batch(conn, item) for item in items])
 
 
 # -- the queue (runs on the event loop) ------------------------------------------------

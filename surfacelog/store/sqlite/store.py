@@ -121,10 +121,8 @@ def _create_streamed(header: SessionHeader, header_json: str,
     committed once; rolled back on any error, so nothing of the session is stored
     unless all of it is. The batches are consumed to the end even when the id is
     taken, so that their own errors win over ``SessionExists``. With ``source``, the
-    import is recorded in the same transaction (``imports.record_import``)."""
+    import is recorded in the same transaction (``statements.record_import``)."""
     sid = header.id
-    if conn.in_transaction:  # a ROLLBACK of an earlier failed group failed too
-        conn.execute("ROLLBACK")
 
     def work() -> int:
         exists = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone()
