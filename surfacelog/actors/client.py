@@ -12,7 +12,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
-import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
@@ -52,7 +51,7 @@ from surfacelog.actors.protocol import (
 )
 from surfacelog.actors.raycompat import set_cluster_switch
 from surfacelog.actors.replication import shard_writer_parts
-from surfacelog.actors.retry import FIRST_DELAY_S, Backoff, through_restarts
+from surfacelog.actors.retry import Backoff, through_restarts
 from surfacelog.actors.session_actor import RemoteOwnerActor, RemoteSessionActor
 from surfacelog.actors.shard_store import ShardStore
 from surfacelog.runtime.handle import SessionLike
@@ -700,10 +699,8 @@ class SessionHandle:
         arguments then name the session themselves). ``relayed``: an idempotent request
         is also resent after the session actor relays a write of unknown outcome (not
         for a flush, whose caller must learn that a write failed)."""
+        backoff = Backoff(self.client.retry_for_s)
         client = self.client
-        deadline = time.monotonic() + client.retry_for_s
-        # Built at the first failure: nearly every call has none and needs no retry plan.
-        backoff: Backoff | None = None
         call_args = (self.session_id, *args) if keyed else args
         while True:
             shard = await client.shard_of(self.session_id)
@@ -712,9 +709,7 @@ class SessionHandle:
                                    self.session_id)
                 # An actor whose node is gone waits for a node offering its shard's
                 # resource; without a deadline the caller would wait with it.
-                left = max(deadline - time.monotonic(), FIRST_DELAY_S) if backoff is None \
-                    else backoff.remaining()
-                return await within(sent, left)
+                return await within(sent, backoff.remaining())
             except asyncio.TimeoutError:
                 raise ShardUnavailable(
                     f"session {self.session_id!r}: shard {shard.name!r} did not answer "
@@ -723,7 +718,6 @@ class SessionHandle:
                 # The request's own error at the actor: Ray's wrapping of a call's, or a
                 # coalesced call's of one of its requests; handled alike.
                 error = _unwrap(exc) if isinstance(exc, RayTaskError) else exc.error
-                backoff = backoff or Backoff(deadline - time.monotonic())
                 # The session actor's journal died or its commit failed: the session
                 # reloads from the store, and an idempotent request may be sent again.
                 if not (idempotent and relayed and isinstance(error, _UNKNOWN_OUTCOME)) \
@@ -733,7 +727,6 @@ class SessionHandle:
                 self.client.forget(self.session_id)
                 if not idempotent:
                     raise  # its outcome is unknown: the caller resends with expected_seq
-                backoff = backoff or Backoff(deadline - time.monotonic())
                 if backoff.exhausted():
                     raise ShardUnavailable(
                         f"session {self.session_id!r}: shard {shard.name!r} did not answer "
