@@ -150,6 +150,7 @@ def refuse_unsafe_output(output: Path | None, databases: list[str], force: bool)
         return
     from surfacelog.cli.errors import OutputError
     from surfacelog.cli.outputs import check_output
+
     try:
         check_output(output, databases=databases, force=force)
     except OutputError as exc:

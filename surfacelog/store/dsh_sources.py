@@ -70,7 +70,6 @@ def session_files(root: Path) -> list[Path]:
 # -- the SQLite database --------------------------------------------------------------------
 
 
-
 _SESSIONS_COLUMNS: Final = ["id", "version", "created_at", "cwd", "parent_session",
                             "seed_length", "origin", "delegation_depth", "agent_preset",
                             "incarnation", "revision"]

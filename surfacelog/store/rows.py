@@ -11,11 +11,11 @@ decoded in one call, which is what keeps the store within reach of raw ``execute
 
 **Digest and provenance** (``RowDigest``, ``SourceCheck``). An import records, in the
 transaction that stores the session, its source (as given), how many events the source
-held and a digest of the rows stored for them. ``verify``
-reads the record back and digests the session's first rows again: a session that
-holds fewer of its source's events than the source held was cut short, one whose
-rows digest differently no longer holds what was imported. Events appended after the
-import are not the source's and are not digested.
+held and a digest of the rows stored for them. ``verify`` reads the record back and
+digests the session's first rows again: a session that holds fewer of its source's
+events than the source held was cut short, one whose rows digest differently no longer
+holds what was imported. Events appended after the import are not the source's and are
+not digested.
 """
 
 from __future__ import annotations

@@ -255,7 +255,6 @@ def _report_import(outcome: Outcome) -> int:
     raise AssertionError(f"unknown import outcome {outcome!r}")
 
 
-
 def verify(db: DbArg = None, shards: ShardMapOpt = None) -> None:
     """Reload every stored session through the full validation; print each failure by
     session and seq. With ``--shard-map FILE``: every session of every shard, reported per

@@ -58,8 +58,6 @@ def write_state(conn: sqlite3.Connection, session_id: str, state: StateWrite
     return None
 
 
-
-
 def deleted(conn: sqlite3.Connection, session_id: str) -> bool:
     """Whether ``session_id`` has a tombstone."""
     return conn.execute("SELECT 1 FROM tombstones WHERE session_id = ?",
