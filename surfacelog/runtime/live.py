@@ -59,12 +59,13 @@ from surfacelog.session.compaction import (
     compaction_specs,
     prune_specs,
 )
-from surfacelog.session.compaction_policy import PruneCandidates, oversized_results
+from surfacelog.session.compaction_policy import PruneCandidates, measure_result, oversized_among
 from surfacelog.session.context import context_spec
 from surfacelog.session.errors import ForkError, StaleRequest
 from surfacelog.session.fork import SESSION_ALREADY_EXISTS
 from surfacelog.session.jsonvalue import json_equal
-from surfacelog.session.pressure import ContextPressure, PressureTracker
+from surfacelog.session.pressure import ContextPressure, PressureTracker, count_tokens
+from surfacelog.session.surface import SurfaceTally
 from surfacelog.store.base import EventStore, require_scoped
 from surfacelog.store.errors import BadEvent, SessionDeleted, SessionNotFound, WriterFenced
 from surfacelog.store.scoped import split_delta
@@ -152,6 +153,10 @@ class LiveSession:
         self.conflicts = 0
         self._stored = stored
         self._pressure = PressureTracker()
+        # What the watchers ask on every pass, kept up as the surface grows.
+        self._surface_tokens = SurfaceTally(int, count_tokens)
+        self._result_sizes: SurfaceTally[list[tuple[int, int]]] = SurfaceTally(
+            list, measure_result)
 
     @classmethod
     async def activate(cls, session_id: str, store: EventStore, *,
@@ -445,10 +450,9 @@ class LiveSession:
         oversized_results``): what a pruner reads, instead of the whole surface."""
         self._touch()
         session = self.session
-        surface = session.surface
-        return oversized_results(surface.replace_generation,
-                                 ((seq, session.event(seq)) for seq in surface.nodes),
-                                 max_chars=max_chars)
+        sizes = session.tally(self._result_sizes)
+        return oversized_among(session.surface.replace_generation, sizes, session.event,
+                               max_chars=max_chars)
 
     async def pressure(self) -> ContextPressure:
         """The session's context pressure (``session.pressure``), read incrementally.
@@ -458,7 +462,7 @@ class LiveSession:
             self._touch()
             tracker = self._pressure
             tracker.observe(self.session.events(tracker.seen))
-            return tracker.pressure(self.session.event(s) for s in self.session.surface.nodes)
+            return tracker.pressure(self.session.tally(self._surface_tokens))
 
     def derive_messages(self, as_of: int | None = None) -> list[dict[str, Any]]:
         self._touch()

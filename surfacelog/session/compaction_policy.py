@@ -10,7 +10,7 @@ shrink the surface is sent as a failed compaction, so the log records the attemp
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,14 +146,34 @@ class PruneCandidates(Struct, frozen=True):
     """The event of each of ``nodes``."""
 
 
+def measure_result(sizes: list[tuple[int, int]], seq: int, event: Event
+                   ) -> list[tuple[int, int]]:
+    """A ``SurfaceTally`` step: ``sizes`` with, when ``event`` is a tool result, its
+    node's seq and the length of its text."""
+    if event.type == "tool/result":
+        sizes.append((seq, _result_chars(event)))
+    return sizes
+
+
+def oversized_among(replace_generation: int, sizes: Iterable[tuple[int, int]],
+                    event: Callable[[int], Event], *, max_chars: int) -> PruneCandidates:
+    """The tool results of ``sizes`` (``measure_result``'s, in surface order) whose
+    text exceeds ``max_chars`` characters, ``event(seq)`` giving each one's event."""
+    nodes = tuple(seq for seq, chars in sizes if chars > max_chars)
+    return PruneCandidates(replace_generation, nodes, tuple(map(event, nodes)))
+
+
 def oversized_results(replace_generation: int, surface: Iterable[tuple[int, Event]], *,
                       max_chars: int) -> PruneCandidates:
     """The tool results among ``surface`` (each node's seq and its event, in surface
     order) whose text exceeds ``max_chars`` characters."""
-    found = [(seq, event) for seq, event in surface if event.type == "tool/result"
-             and _result_chars(event) > max_chars]
-    return PruneCandidates(replace_generation, tuple(seq for seq, _ in found),
-                           tuple(event for _, event in found))
+    sizes: list[tuple[int, int]] = []
+    events: dict[int, Event] = {}
+    for seq, node in surface:
+        events[seq] = node
+        measure_result(sizes, seq, node)
+    return oversized_among(replace_generation, sizes, events.__getitem__,
+                           max_chars=max_chars)
 
 
 def prune_requests_for(candidates: PruneCandidates, *, keep_chars: int
@@ -190,6 +210,8 @@ __all__ = [
     "choose_range",
     "compaction_request",
     "extractive_summary",
+    "measure_result",
+    "oversized_among",
     "oversized_results",
     "prune_requests",
     "prune_requests_for",

@@ -100,10 +100,16 @@ class PressureTracker:
                     and is_context_overflow(_error_of(event)):
                 self.overflow_seq = event.seq
 
-    def pressure(self, surface: Iterable[Event]) -> ContextPressure:
-        """The pressure now, with ``surface`` the events of the current surface."""
+    def pressure(self, surface_tokens: int) -> ContextPressure:
+        """The pressure now, with ``surface_tokens`` the current surface's estimate
+        (``event_tokens`` summed over its events: ``count_tokens``)."""
         return ContextPressure(self.context_window, self.input_tokens, self.overflow_seq,
-                               sum(event_tokens(e) for e in surface))
+                               surface_tokens)
+
+
+def count_tokens(total: int, seq: int, event: Event) -> int:
+    """A ``SurfaceTally`` step: ``total`` plus ``event``'s estimated tokens."""
+    return total + event_tokens(event)
 
 
 def compaction_threshold(pressure: ContextPressure, fallback: int,
@@ -126,4 +132,4 @@ def context_tokens(pressure: ContextPressure) -> int:
 
 
 __all__ = ["CONTEXT_PRESSURE", "ContextPressure", "PressureTracker", "compaction_threshold",
-           "context_tokens", "is_context_overflow"]
+           "context_tokens", "count_tokens", "is_context_overflow"]

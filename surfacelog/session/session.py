@@ -5,7 +5,7 @@ from __future__ import annotations
 import time as _time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypeVar, overload
 
 from msgspec import UNSET, Struct, UnsetType
 
@@ -24,9 +24,11 @@ from surfacelog.schema.header import SessionHeader
 from surfacelog.schema.limits import check_scalar, gc_paused, own_json
 from surfacelog.session import shapes
 from surfacelog.session.derive import MessageCache, MessagesView, derive_from_nodes
-from surfacelog.session.surface import ListView, Replacement, SurfaceManager
+from surfacelog.session.surface import ListView, Replacement, SurfaceManager, SurfaceTally
 from surfacelog.session.timetravel import SurfaceHistory
 from surfacelog.session.turns import last_turn_boundary, turn_opened_by
+
+A = TypeVar("A")
 
 END_SEED = "session/end-seed"
 
@@ -211,6 +213,11 @@ class Session:
     def replacements(self) -> Sequence[Replacement]:
         """Every committed replace, in log order."""
         return self._manager.replacements
+
+    def tally(self, tally: SurfaceTally[A]) -> A:
+        """``tally`` brought up to this surface (``SurfaceTally.update``): O(nodes added
+        since its last update) while no listed node changed."""
+        return tally.update(self._manager, self._log.__getitem__)
 
     def derive_messages(self, as_of: int | None = None) -> MessagesView:
         """The messages the model sees: now, or as of the prefix ``log[0..as_of]``.

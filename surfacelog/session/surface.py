@@ -8,7 +8,7 @@ the last synchronisation, reusing the plan already made for a just-checked candi
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar, overload
 
 from msgspec import UNSET, Struct
@@ -139,11 +139,12 @@ class SurfaceManager:
     """Owns the ordered node list of one session."""
 
     __slots__ = ("_generation", "_nodes", "_planned", "_planned_event", "_replacements",
-                 "_synced", "_undo")
+                 "_rewrites", "_synced", "_undo")
 
     def __init__(self) -> None:
         self._nodes: list[int] = []
         self._generation = 0
+        self._rewrites = 0
         self._synced = 0
         self._replacements: list[Replacement] = []
         self._planned: SurfacePlan | None = None
@@ -170,6 +171,12 @@ class SurfaceManager:
     def replace_generation(self) -> int:
         """How many replaces were committed."""
         return self._generation
+
+    @property
+    def rewrites(self) -> int:
+        """How many times nodes already listed changed (a replace, a rollback): while it
+        stays the same, the nodes only grow at the end."""
+        return self._rewrites
 
     @property
     def synced(self) -> int:
@@ -264,6 +271,7 @@ class SurfaceManager:
                 self._replacements.append(
                     Replacement(plan.seq, shadowed[0], shadowed[-1], tuple(shadowed)))
                 self._generation += 1
+                self._rewrites += 1
                 if self._undo is not None:
                     self._undo.append(_new_undo(plan.first, shadowed, True))
         elif self._undo is not None:
@@ -362,6 +370,8 @@ class SurfaceManager:
     def rollback(self) -> None:
         """Undo everything applied since ``begin``, newest first."""
         undo = self._undo or []
+        if undo:
+            self._rewrites += 1
         for entry in reversed(undo):
             if entry.position >= 0:
                 if entry.was_replace:
@@ -467,6 +477,44 @@ def _check_rewrite(event: Event, shadowed: list[int], log: EventLookup) -> None:
     if not json_equal(_without_block_content(event.data),
                       _without_block_content(original.data)):
         raise fail("may change only content")
+
+
+A = TypeVar("A")
+
+
+class SurfaceTally(Generic[A]):
+    """A running fold over the events of one surface's nodes, in surface order:
+    ``step(acc, seq, event)`` for each node, from ``start()``.
+
+    ``update`` folds only the nodes added since it last ran; when listed nodes changed
+    meanwhile (``SurfaceManager.rewrites``), or it is given another manager, it starts
+    over. What a watcher's pass asks of every session (the surface's tokens, its large
+    tool results) then costs the nodes appended since the last pass, not the surface."""
+
+    __slots__ = ("_acc", "_counted", "_manager", "_rewrites", "_start", "_step")
+
+    def __init__(self, start: Callable[[], A], step: Callable[[A, int, Event], A]) -> None:
+        self._start, self._step = start, step
+        self._manager: SurfaceManager | None = None
+        self._rewrites = self._counted = 0
+        self._acc = start()
+
+    def update(self, manager: SurfaceManager, event: Callable[[int], Event]) -> A:
+        """The fold over ``manager``'s nodes now, ``event(seq)`` being a node's event.
+        Raises what ``step`` or ``event`` raise; the next call then starts over."""
+        if manager is not self._manager or manager.rewrites != self._rewrites:
+            self._manager, self._rewrites = manager, manager.rewrites
+            self._counted, self._acc = 0, self._start()
+        nodes = manager._nodes
+        acc, step = self._acc, self._step
+        try:
+            for seq in nodes[self._counted:]:
+                acc = step(acc, seq, event(seq))
+        except BaseException:
+            self._manager = None  # ``acc`` may hold part of the new nodes
+            raise
+        self._acc, self._counted = acc, len(nodes)
+        return acc
 
 
 class FoldResult(Struct, frozen=True):

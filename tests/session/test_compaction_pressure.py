@@ -20,6 +20,7 @@ from surfacelog.session.pressure import (
     context_tokens,
     is_context_overflow,
 )
+from surfacelog.session.tokens import event_tokens
 
 
 def user(k: int, words: int = 50) -> dict:  # type: ignore[type-arg]
@@ -47,7 +48,7 @@ def turn(s: Session, k: int, *, window: int | None = None, error: dict | None = 
 def pressure_of(s: Session) -> tuple[int, int]:
     tracker = PressureTracker()
     tracker.observe(s.log)
-    p = tracker.pressure(s.event(n) for n in s.surface.nodes)
+    p = tracker.pressure(sum(event_tokens(s.event(n)) for n in s.surface.nodes))
     return compaction_threshold(p, fallback=8000), context_tokens(p)
 
 

@@ -25,6 +25,14 @@ from surfacelog.schema import (
     encode_log,
 )
 from surfacelog.session import AppendSpec, Session, fold_surface, replay
+from surfacelog.session.compaction_policy import (
+    measure_result,
+    oversized_among,
+    oversized_results,
+)
+from surfacelog.session.pressure import count_tokens
+from surfacelog.session.surface import SurfaceTally
+from surfacelog.session.tokens import event_tokens
 
 from support.programs import (
     SETTINGS,
@@ -274,3 +282,55 @@ def test_every_invalid_variant_of_every_next_event_is_refused(program: list[Abs]
         s.append_event(event)
     assert list(s.surface.nodes) == naive_fold(log)[0]
     assert s.derive_messages().to_list() == naive_project(log, naive_fold(log)[0])
+
+
+class _Abandon(Exception):
+    """Raised inside ``Session.atomic`` to roll a batch back on purpose."""
+
+
+_INTERLOPER = AppendSpec("user/message", {
+    "id": "interloper", "role": "user", "source": {"kind": "user"},
+    "content": [{"type": "text", "text": "rolled back " * 40}]}, surface_op="append")
+
+
+@SETTINGS
+@given(program=programs(), data=st.data())
+def test_a_tally_follows_the_surface_through_replaces_and_rollbacks(program: list[Abs],
+                                                                      data: Any) -> None:
+    """A ``SurfaceTally`` folds exactly the current nodes, in order, however the surface
+    changed since its last update: appends, replaces, and batches rolled back after the
+    tally had counted their nodes (a rolled-back node and the one appended in its place
+    share a seq, a position and a generation)."""
+    log, _ = materialize(program, noise_for(data, program))
+    s = Session()
+    seen = SurfaceTally(list, lambda acc, seq, e: [*acc, (seq, e)])
+    tokens = SurfaceTally(int, count_tokens)
+    sizes: SurfaceTally[list[tuple[int, int]]] = SurfaceTally(list, measure_result)
+
+    def check() -> None:
+        nodes = list(s.surface.nodes)
+        assert s.tally(seen) == [(n, s.event(n)) for n in nodes]
+        assert s.tally(tokens) == sum(event_tokens(s.event(n)) for n in nodes)
+        for limit in (0, 100, 10**6):
+            assert oversized_among(s.surface.replace_generation, s.tally(sizes), s.event,
+                                   max_chars=limit) == oversized_results(
+                s.surface.replace_generation, ((n, s.event(n)) for n in nodes),
+                max_chars=limit)
+
+    k = 0
+    while k < len(log):
+        step = data.draw(st.integers(1, 4))
+        if data.draw(st.integers(0, 3)) == 0:
+            try:
+                with s.atomic():
+                    s.append_batch(log[k:k + step])
+                    s.append_batch([_INTERLOPER])
+                    check()
+                    raise _Abandon
+            except (_Abandon, SurfaceError):
+                pass
+        s.append_batch(log[k:k + step])
+        k += step
+        if data.draw(st.booleans()):
+            check()
+    check()
