@@ -15,6 +15,10 @@ numbers are ratios, because the machines this runs on are small and noisy:
     from the session's surface checkpoints, beside a fresh fold of the prefix and its
     derive (what every call cost before the checkpoints); also the one-off cost of the
     first call, which builds the checkpoints.
+(d) what a compactor's and a pruner's pass read from a session (the surface's tokens, its
+    tool results over 4,000 characters) after every append of a window, kept by
+    ``SurfaceTally``s, beside walking the whole surface for them (what every pass did
+    before) at log sizes 1k, 10k, 100k; both must agree.
 
 The log is DSH-shaped and produced by driving a ``Session`` (so it is valid): turns and
 steps, 10-20 ``assistant/chunk`` per ``assistant/message`` citing its chunks,
@@ -40,6 +44,14 @@ from typing import Any
 
 from surfacelog.schema import Event, ReplaceOp, decode_log, encode_log
 from surfacelog.session import Session, derive_from_nodes, fold_surface, replay
+from surfacelog.session.compaction_policy import (
+    measure_result,
+    oversized_among,
+    oversized_results,
+)
+from surfacelog.session.pressure import count_tokens
+from surfacelog.session.surface import SurfaceTally
+from surfacelog.session.tokens import event_tokens
 
 PROVIDER = "deepseek-official"
 MODEL = "deepseek-v4-pro"
@@ -662,6 +674,45 @@ def bench_time_travel(log: Sequence[Event], calls: int, seed: int) -> TimeTravel
     return TimeTravelRow(len(log), calls, first_ms, checkpoint_us, fresh_us)
 
 
+@dataclass
+class PassReadRow:
+    size: int
+    ops: int
+    tally_us: float
+    walk_us: float
+
+
+PRUNE_OVER = 4_000
+
+
+def bench_pass_reads(log: Sequence[Event], size: int, ops: int) -> PassReadRow:
+    """Per append of a window of ``ops`` events after ``log[:size]``: the time to read
+    the surface's tokens and oversized tool results through tallies, and by walking
+    the surface (the baseline), on the same session; the results must agree."""
+    session = replay(log[:size])
+    window = continuation(log[:size], ops)
+    tokens = SurfaceTally(int, count_tokens)
+    sizes: SurfaceTally[list[tuple[int, int]]] = SurfaceTally(list, measure_result)
+    session.tally(tokens), session.tally(sizes)  # the first pass walks it once
+    tally_s = walk_s = 0.0
+    for event in window:
+        session.append_event(event)
+        generation = session.surface.replace_generation
+        t0 = time.perf_counter()
+        found = (session.tally(tokens), oversized_among(
+            generation, session.tally(sizes), session.event, max_chars=PRUNE_OVER))
+        t1 = time.perf_counter()
+        nodes = session.surface.nodes
+        walked = (sum(event_tokens(session.event(n)) for n in nodes), oversized_results(
+            generation, ((n, session.event(n)) for n in nodes), max_chars=PRUNE_OVER))
+        t2 = time.perf_counter()
+        if found != walked:
+            raise AssertionError(f"the tallies differ from a walk at seq {event.seq}")
+        tally_s += t1 - t0
+        walk_s += t2 - t1
+    return PassReadRow(size, ops, tally_s / ops * 1e6, walk_s / ops * 1e6)
+
+
 # -- reporting ---------------------------------------------------------------------------
 
 
@@ -773,6 +824,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     tt_size = min(total, 10_000 if args.quick else 100_000)
     tt = bench_time_travel(log[:tt_size], 20 if args.quick else 50, args.seed)
 
+    print("\n(d) a watcher's reads after each append: tallies vs a walk of the surface",
+          flush=True)
+    reads = [bench_pass_reads(log, n, min(args.ops, 500)) for n in sizes
+             if n <= 100_000]
+
     print("\n## Surface (bench_surface.py)\n")
     print(fold_table(fold_rows))
     print()
@@ -788,6 +844,11 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{tt.checkpoint_us:,.0f} µs/call from checkpoints vs {tt.fresh_us:,.0f} µs/call "
           f"by a fresh fold = {tt.checkpoint_us / tt.fresh_us:.3f}x; the first call, "
           f"which builds the checkpoints, {tt.first_call_ms:,.0f} ms")
+    print()
+    for r in reads:
+        print(f"a watcher's reads of a {_n(r.size)}-event session after each of {r.ops} "
+              f"appends: {r.tally_us:,.1f} µs tallied vs {r.walk_us:,.0f} µs walking its "
+              f"surface = {r.tally_us / r.walk_us:.4f}x")
     return 0
 
 

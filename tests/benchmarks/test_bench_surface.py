@@ -67,6 +67,13 @@ def test_bench_functions_run(bench: ModuleType) -> None:
     assert "flatness" in bench.append_table(rows)
 
 
+def test_pass_reads_agree_with_a_walk_and_are_timed(bench: ModuleType) -> None:
+    log, _ = bench.generate_log(3_000, seed=4)
+    row = bench.bench_pass_reads(log, 2_000, ops=60)  # raises when the two disagree
+    assert (row.size, row.ops) == (2_000, 60)
+    assert row.tally_us > 0 and row.walk_us > 0
+
+
 def test_window_replaces_are_counted(bench: ModuleType) -> None:
     gen = bench.LogGenerator(seed=2, compact_tokens=2_000, prune_rate=0.5)
     gen.generate(1_500)
