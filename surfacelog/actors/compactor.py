@@ -22,7 +22,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from surfacelog.actors.client import Client, SessionHandle, connect
-from surfacelog.actors.config import HostingConfig
+from surfacelog.actors.config import HostingConfig, tune_gc
 from surfacelog.actors.errors import ShardUnavailable, SummariserError
 from surfacelog.actors.protocol import Conflict, failure_line
 from surfacelog.schema.events import Event
@@ -184,6 +184,7 @@ class _Watcher:
         """``retry_for_s``: the client's retry window once a first pass is done (the
         sessions' actors started; default: the client's); the other keyword arguments
         are ``Compactor``'s."""
+        tune_gc()
         self._client: Client = connect(config=hosting)
         self._retry_for_s = retry_for_s
         self._compactor = Compactor(**compactor)

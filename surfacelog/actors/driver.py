@@ -20,7 +20,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from surfacelog.actors.client import Client, connect
-from surfacelog.actors.config import HostingConfig
+from surfacelog.actors.config import HostingConfig, tune_gc
 from surfacelog.actors.errors import ShardUnavailable, TurnInterrupted
 from surfacelog.actors.protocol import Conflict, LoggedEvents, SessionUnavailable
 from surfacelog.actors.script import AgentScript, ScriptConfig
@@ -370,6 +370,7 @@ class DriverActor:
         """``retry_for_s``: the client's retry window (``Client.retry_for_s``) once the
         sessions are activated, after which a request whose shard does not answer is
         refused with ``ShardUnavailable`` and counted as such (default: the client's)."""
+        tune_gc()
         self._setup(connect(config=hosting), config, retry_for_s)
 
     def _setup(self, client: DriverClient, config: ScriptConfig,

@@ -34,7 +34,7 @@ from typing import Any, Generic, TypeVar
 import ray
 
 from surfacelog.actors.config import NAMESPACE as NAMESPACE
-from surfacelog.actors.config import db_key
+from surfacelog.actors.config import db_key, tune_gc
 from surfacelog.actors.metrics import Recorder
 from surfacelog.actors.protocol import (
     BatchPayload,
@@ -156,6 +156,7 @@ class JournalActor:
         replicated by Litestream (``actors.replication``): on first use its file is
         restored when missing (and verified) before it is opened, and a supervised
         ``litestream replicate`` runs beside this writer until ``close``."""
+        tune_gc()
         self._open_backend = open_backend
         self._replica = replica
         self._supervisor: LitestreamSupervisor | None = None

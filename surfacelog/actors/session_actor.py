@@ -35,7 +35,7 @@ from surfacelog.actors.coalesce import (
     requests_from_wire,
     run_coalesced,
 )
-from surfacelog.actors.config import NAMESPACE, Durability, HostingConfig, Placement
+from surfacelog.actors.config import NAMESPACE, Durability, HostingConfig, Placement, tune_gc
 from surfacelog.actors.journal import JournalActor, JournalStore, journal_name
 from surfacelog.actors.metrics import Recorder
 from surfacelog.actors.protocol import (
@@ -88,6 +88,7 @@ class SessionActor:
         """Raises ``ValueError`` when ``config`` is not this class's writer (an owner
         shard's sessions are hosted by an ``OwnerActor``), and Ray's ``ValueError``
         when the shard's journal is not running (``start_writer`` starts it)."""
+        tune_gc()
         self._metrics = Recorder(config.placement, config.writer, shard)
         self._placement: Placement = config.placement
         self._durability: Durability = config.durability

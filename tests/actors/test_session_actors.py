@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import ray
 
 from surfacelog.actors.client import Client, connect
 from surfacelog.actors.compactor import CompactionActor, RemoteCompactor, RemotePruner
-from surfacelog.actors.config import HostingConfig
+from surfacelog.actors.config import GC_YOUNG_THRESHOLD, HostingConfig
 from surfacelog.actors.driver import DriverProgress, RemoteDriver, SessionDriver
 from surfacelog.actors.journal import JournalActor
 from surfacelog.actors.protocol import Conflict
@@ -288,6 +289,24 @@ async def test_passivation_and_reactivation_keep_everything(
         assert (await s.events(length))[0].type == "session/end-seed"
         logged = await s.append_batch(script.turn_open(2), expected_seq=snap.length)
         assert logged[0].seq == snap.length
+    finally:
+        host.shutdown()
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+async def test_hosting_processes_collect_young_garbage_less_often(
+        tmp_path: Path, placement: str) -> None:
+    """The session actor's and the shard writer's processes run the cycle collector's
+    youngest generation at ``GC_YOUNG_THRESHOLD``, not the interpreter's 700; the older
+    generations keep their defaults."""
+    host = make_host(tmp_path, placement)
+    try:
+        await host.session("gc").append("turn/start", {"turn": 1})
+        young, *older = gc.get_threshold()
+        for actor in (await host.actor("gc"), host.writer):
+            # A lambda crosses by value (this module is not importable in the actor).
+            threshold = await actor.__ray_call__.remote(lambda _: gc.get_threshold())
+            assert threshold == (GC_YOUNG_THRESHOLD, *older) != (young, *older)
     finally:
         host.shutdown()
 
