@@ -19,7 +19,8 @@ its own, ``SURFACELOG_COALESCE=0``, the behaviour before coalescing):
 6. ``--via http``, 50 sessions, batch mode: the same agents through the HTTP gateway,
    beside row 3 (the same run through Ray).
 
-Each ``surfacelog run`` is a child process with its own embedded Ray (as a user runs it);
+The floors run with the actors' collector setting (``tune_gc``). Each ``surfacelog
+run`` is a child process with its own embedded Ray (as a user runs it);
 the figures are its JSON report's. ``--quick`` runs rows 1 and 2 at tiny sizes (the
 smoke test's).
 """
@@ -51,7 +52,7 @@ from surfacelog.actors.coalesce import (
     outcomes_from_wire,
     requests_to_wire,
 )
-from surfacelog.actors.config import HostingConfig
+from surfacelog.actors.config import HostingConfig, tune_gc
 from surfacelog.actors.driver import DriverProgress, SessionDriver
 from surfacelog.actors.protocol import LoggedEvents
 from surfacelog.actors.script import AgentScript, AppendMode, ScriptConfig
@@ -364,6 +365,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes (the smoke test)")
     args = parser.parse_args(argv)
+    # The floors in this process run with the collector setting of the actors'
+    # processes, so that each ratio compares the same work done the same way.
+    tune_gc()
     with tempfile.TemporaryDirectory(prefix="bench-hosting-") as folder:
         report = run_all(folder, args.quick)
     print()
