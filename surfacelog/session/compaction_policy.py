@@ -167,13 +167,10 @@ def oversized_results(replace_generation: int, surface: Iterable[tuple[int, Even
                       max_chars: int) -> PruneCandidates:
     """The tool results among ``surface`` (each node's seq and its event, in surface
     order) whose text exceeds ``max_chars`` characters."""
-    sizes: list[tuple[int, int]] = []
-    events: dict[int, Event] = {}
-    for seq, node in surface:
-        events[seq] = node
-        measure_result(sizes, seq, node)
-    return oversized_among(replace_generation, sizes, events.__getitem__,
-                           max_chars=max_chars)
+    found = [(seq, event) for seq, event in surface if event.type == "tool/result"
+             and _result_chars(event) > max_chars]
+    return PruneCandidates(replace_generation, tuple(seq for seq, _ in found),
+                           tuple(event for _, event in found))
 
 
 def prune_requests_for(candidates: PruneCandidates, *, keep_chars: int
