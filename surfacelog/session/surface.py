@@ -500,8 +500,10 @@ class SurfaceTally(Generic[A]):
         self._acc = start()
 
     def update(self, manager: SurfaceManager, event: Callable[[int], Event]) -> A:
-        """The fold over ``manager``'s nodes now, ``event(seq)`` being a node's event.
-        Raises what ``step`` or ``event`` raise; the next call then starts over."""
+        """The fold over ``manager``'s nodes now, ``event(seq)`` being a node's event:
+        the accumulator itself, not a copy (a mutable one is the tally's own, to read
+        and not to change). Raises what ``step`` or ``event`` raise; the next call then
+        starts over."""
         if manager is not self._manager or manager.rewrites != self._rewrites:
             self._manager, self._rewrites = manager, manager.rewrites
             self._counted, self._acc = 0, self._start()
