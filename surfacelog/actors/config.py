@@ -32,13 +32,12 @@ GC_YOUNG_THRESHOLD = 20_000
 """The threshold of the youngest generation of Python's cycle collector in the
 processes of surfacelog's actors (the interpreter's default is 700).
 
-An actor serving requests allocates and frees a few dozen containers per event (the
-request, its futures and tasks, the rows), nearly all freed at once by reference
-counting, while the sessions it holds keep every event's data alive. At 700 the
-collector ran about 2,000 times in a run of 55,000 events, and its 13 full passes
-walked every event held each time (about 10% of the owner actor's CPU, and pauses of
-100 ms and more). At 20,000 it ran 9 times and never in full (benchmarks/README.md,
-"Hosting cost"). Cycles are still collected, later."""
+An actor serving requests frees nearly all it allocates by reference counting, while
+the sessions it holds keep every event's data alive. In the owner actor of a 55,000-event
+run the collector ran about 2,100 times at 700, 13 of them full passes over every event
+held (about 10% of the actor's CPU, one pass 140 ms and more by the end); at 20,000 it
+ran 9 times and never in full (benchmarks/README.md, "Hosting cost"). Cycles are still
+collected, later."""
 
 
 def tune_gc() -> None:

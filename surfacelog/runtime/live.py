@@ -446,8 +446,8 @@ class LiveSession:
         return snap, [self.session.event(s) for s in snap.nodes]
 
     def oversized_results(self, max_chars: int) -> PruneCandidates:
-        """The current tool results over ``max_chars`` characters (``session.
-        oversized_results``): what a pruner reads, instead of the whole surface."""
+        """The current tool results over ``max_chars`` characters: what a pruner
+        reads, instead of the whole surface (their sizes kept by a ``SurfaceTally``)."""
         self._touch()
         session = self.session
         sizes = session.tally(self._result_sizes)
