@@ -85,8 +85,10 @@ class AgentScript:
         return f"{kind}-{self.session_id}-{self._ids}-{self._rng.randrange(1 << 30):08x}"
 
     def _sentence(self, n: int) -> str:
-        words = [self._rng.choice(WORDS) for _ in range(max(1, n))]
-        return " ".join(words).capitalize() + "."
+        # One ``choices`` call, not a ``choice`` per word: the tool results are made of
+        # these, and a word at a time the script cost the load runs more CPU per event
+        # than the session it drives (bench_hosting's in-process floor).
+        return " ".join(self._rng.choices(WORDS, k=max(1, n))).capitalize() + "."
 
     def workspace(self, turn: int) -> str:
         """The workspace context the agent shows the model before ``turn``: it changes
