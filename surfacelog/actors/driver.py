@@ -232,13 +232,16 @@ class SessionDriver:
             end = start
         return 0
 
-    async def send(self, specs: Sequence[AppendSpec]) -> LoggedEvents:
+    async def send(self, specs: Sequence[AppendSpec],
+                   arrived: float | None = None) -> LoggedEvents:
         """Append ``specs`` at the tail exactly once; resend after conflicts, and the
         same request through an outage of the session's shard (``_through_outage``).
+        The latency counted runs from ``arrived`` (a ``time.perf_counter()`` reading:
+        when the events reached the agent) when given, else from each attempt's send.
         Raises ``TurnInterrupted`` when crash repair closed the turn, ``RuntimeError``
         after ``MAX_RESENDS`` conflicts, and what ``_through_outage`` raises."""
         for _ in range(MAX_RESENDS):
-            t0 = time.perf_counter()
+            t0 = time.perf_counter() if arrived is None else arrived
             try:
                 events = await self._through_outage(
                     partial(self.handle.append_batch, specs, self.next_seq))
@@ -325,7 +328,7 @@ class SessionDriver:
                 chunk_seqs = list(logged.seqs[1:])
             else:
                 await self.send([script.step_start(turn, step)])
-                chunk_seqs = [(await self.send([c])).seqs[0] for c in stream.chunks]
+                chunk_seqs = await self._stream(stream.chunks, cfg.chunk_every_ms / 1000)
             logged = await self.send([script.message(turn, step, stream, chunk_seqs),
                                       *(script.tool_call(turn, step, c) for c in stream.calls)])
             call_seqs = list(logged.seqs[1:])
@@ -333,6 +336,26 @@ class SessionDriver:
                                for c, s in zip(stream.calls, call_seqs, strict=True)),
                              script.step_end(turn, step)])
         await self.send([script.turn_end(turn)])
+
+    async def _stream(self, chunks: Sequence[AppendSpec], every_s: float) -> list[int]:
+        """Append each of ``chunks`` on its own, in order; returns their seqs. With
+        ``every_s``, chunk k arrives ``k * every_s`` after the first, as a model streams:
+        it is not sent before then, and its latency counts from then, so the time a
+        chunk waits behind its session's previous append is counted too (the stream
+        does not slow down for a slow append). A chunk sent after a pause counts from
+        its send: the driver's own lateness in waking is not the session's."""
+        if every_s <= 0:
+            return [(await self.send([chunk])).seqs[0] for chunk in chunks]
+        seqs: list[int] = []
+        begun = time.perf_counter()
+        for k, chunk in enumerate(chunks):
+            arrives = begun + k * every_s
+            if arrives > time.perf_counter():
+                await asyncio.sleep(arrives - time.perf_counter())
+                # Waking late is this loop's lag, not the session's: count from now.
+                arrives = time.perf_counter()
+            seqs.append((await self.send([chunk], arrives)).seqs[0])
+        return seqs
 
     async def run(self, turns: int) -> None:
         """Run ``turns`` more turns, numbered after the log's last one (``activate``

@@ -45,6 +45,9 @@ class ScriptConfig(Struct, frozen=True):
     big_result_every: int = 7
     big_result_chars: int = 9000
     mode: AppendMode = "batch"
+    chunk_every_ms: float = 0.0
+    """In chunk mode, how far apart a model stream's chunks arrive, as a model streams
+    them (its first at once); 0: each as soon as the one before is acknowledged."""
     provider: str = "scripted"
     model: str = "scripted-1"
     outage_budget_s: float = 180.0

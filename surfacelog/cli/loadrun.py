@@ -230,7 +230,8 @@ async def run_workload(cfg: RunConfig,
         shard_nodes = {name: cluster.node_of(name) for name in hosting.shards.names}
     client = connect(config=hosting)
     ids = session_ids(cfg.sessions)
-    script = ScriptConfig(seed=cfg.seed, mode=cfg.mode, outage_budget_s=cfg.outage_budget_s)
+    script = ScriptConfig(seed=cfg.seed, mode=cfg.mode, chunk_every_ms=cfg.chunk_every_ms,
+                          outage_budget_s=cfg.outage_budget_s)
     opts: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 1000}
     retry_for_s: float | None = None
     if cluster is not None:

@@ -65,6 +65,7 @@ CONFIG_LABELS: dict[str, tuple[str, str]] = {
     "writer": ("Writer", ""),
     "summariser": ("Summariser", ""),
     "mode": ("Append mode", ""),
+    "chunk_every_ms": ("A stream's chunks arrive every", "ms"),
     "db": ("Database", ""),
     "address": ("Ray cluster", ""),
     "shard_map": ("Shard map", ""),
@@ -86,6 +87,7 @@ def config_rows(cfg: RunConfig) -> list[tuple[str, str]]:
     read the figures (``--json``, ``--report`` and ``--force`` are left out)."""
     hidden = {"packs": cfg.placement != "packed", "kill_journal": not cfg.kill_every_s,
               "node_down_s": not (cfg.kill_node_every_s or cfg.kill_disk_every_s),
+              "chunk_every_ms": cfg.mode != "chunk",
               "replica": cfg.replica is None, "kill_disk_every_s": not cfg.kill_disk_every_s,
               # With a shard map the shards are the map's: no --db, no shard count.
               "shard_map": cfg.shard_map is None, "db": cfg.shard_map is not None,
@@ -106,6 +108,8 @@ def config_rows(cfg: RunConfig) -> list[tuple[str, str]]:
             text = value(cfg.db_path)
         elif f.name in ("kill_every_s", "kill_node_every_s") and not raw:
             text = "off"
+        elif f.name == "chunk_every_ms" and not raw:
+            text = "as soon as the one before is acknowledged"
         elif f.name == "local_nodes" and not raw:
             text = "none (one-node Ray)"
         elif f.name == "node_down_s":

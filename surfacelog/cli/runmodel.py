@@ -77,6 +77,13 @@ class RunConfig:
     mode: Annotated[AppendMode, Option(
         help="chunk: each model stream chunk its own append, as a live agent streams "
              "(the default); batch: a step's chunks in one append_batch")] = "chunk"
+    chunk_every_ms: Annotated[float, Option(
+        "--chunk-every", metavar="MS", min=0.0,
+        help="chunk mode: a model stream's chunks arrive this many milliseconds apart, "
+             "as a model streams them, and an append's latency counts from its chunk's "
+             "arrival (a session that falls behind its stream shows in p50/p99); 0 = "
+             "each chunk as soon as the one before is acknowledged, the most load the "
+             "sessions can make")] = 0.0
     db: Annotated[Path | None, Option(
         show_default=False,
         help="SQLite database file, on this machine [default: surfacelog.db]; not with "
@@ -160,6 +167,10 @@ class RunConfig:
         if self.drivers != "auto" and not (self.drivers.isdigit() and int(self.drivers) >= 1):
             raise BadParameter(f"{self.drivers!r} is neither a count >= 1 nor 'auto'",
                                param_hint="'--drivers'")
+        if self.chunk_every_ms > 0 and self.mode != "chunk":
+            raise BadParameter("--chunk-every paces the chunks of --mode chunk; a batch "
+                               "append carries a step's chunks at once",
+                               param_hint="'--chunk-every'")
         if self.writer == "owner" and self.placement != "packed":
             raise BadParameter("--writer owner hosts a shard's sessions in one actor: it "
                                "needs --placement packed", param_hint="'--writer'")
@@ -458,6 +469,8 @@ class RunResult:
             "durability": self.config.durability,
             "writer": self.config.hosting_writer,
             "via": self.config.via,
+            "mode": self.config.mode,
+            "chunk_every_ms": self.config.chunk_every_ms,
             "turns_done": p.turns_done,
             "turns_interrupted": p.turns_interrupted,
             "events": p.events,

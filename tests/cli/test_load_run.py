@@ -37,7 +37,7 @@ def test_run_options_are_run_config_fields() -> None:
             "--seed", "--kill-every", "--kill-journal", "--json", "--writer",
             "--local-nodes", "--shards", "--kill-node-every", "--node-down",
             "--summariser", "--via", "--force", "--replica", "--kill-disk-every",
-            "--outage-budget", "--strict", "--shard-map"} == flags
+            "--outage-budget", "--strict", "--shard-map", "--chunk-every"} == flags
 
 
 def test_run_builds_one_run_config_from_its_options(monkeypatch: pytest.MonkeyPatch,
@@ -51,13 +51,14 @@ def test_run_builds_one_run_config_from_its_options(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(run_display, "run_live", run_live)
     assert runner.invoke(app, ["run"]).exit_code == 0
     args = ["run", "--sessions", "3", "--turns", "2", "--placement", "dedicated",
-            "--durability", "buffered", "--mode", "chunk", "--db", str(tmp_path / "r.db"),
+            "--durability", "buffered", "--mode", "chunk", "--chunk-every", "25",
+            "--db", str(tmp_path / "r.db"),
             "--report", str(tmp_path / "r.html"), "--kill-every", "0.5", "--kill-journal",
             "--json"]
     assert runner.invoke(app, args).exit_code == 0
     assert seen == [RunConfig(), RunConfig(
         sessions=3, turns=2, placement="dedicated", durability="buffered", mode="chunk",
-        db=tmp_path / "r.db", report=tmp_path / "r.html", kill_every_s=0.5,
+        chunk_every_ms=25, db=tmp_path / "r.db", report=tmp_path / "r.html", kill_every_s=0.5,
         kill_journal=True, as_json=True)]
 
 
@@ -363,6 +364,31 @@ def test_run_via_http_drives_the_sessions_through_the_gateway_and_verifies(
     over_ray = run_json(tmp_path / "ray.db", "--sessions", "3", "--turns", "2")
     assert over_ray["turns_done"] == report["turns_done"]
     assert abs(over_ray["events"] - report["events"]) <= 0.05 * over_ray["events"]
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_a_paced_run_streams_each_chunk_at_its_time_and_verifies(tmp_path: Path) -> None:
+    """``--chunk-every``: each model stream takes at least its chunks' intervals (the
+    drivers' pacing itself: tests/actors/test_paced_stream.py)."""
+    report = run_json(tmp_path / "paced.db", "--sessions", "2", "--turns", "1",
+                      "--chunk-every", "100")
+    assert (report["mode"], report["chunk_every_ms"]) == ("chunk", 100.0)
+    assert report["verification"]["passed"] and report["errors"] == 0
+    assert report["turns_done"] == 2
+    # A turn's three streams have 18, 18 and 12 chunks (ScriptConfig's defaults): 45
+    # intervals of 100 ms. Unpaced, two sessions' turn takes a fraction of that.
+    assert report["wall_s"] >= 4.5
+    assert ("A stream's chunks arrive every", "10 ms") in config_rows(
+        RunConfig(chunk_every_ms=10))
+    assert ("A stream's chunks arrive every", "as soon as the one before is "
+            "acknowledged") in config_rows(RunConfig())
+
+
+def test_chunk_pacing_needs_chunk_mode() -> None:
+    result = CliRunner().invoke(app, ["run", "--mode", "batch", "--chunk-every", "10"])
+    assert result.exit_code == 2
+    assert "--chunk-every paces the chunks of --mode chunk" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_run_via_http_needs_durable_appends() -> None:

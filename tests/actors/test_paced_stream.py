@@ -1,0 +1,131 @@
+"""A driver that streams at a model's pace (``run --chunk-every``): each chunk is sent no
+earlier than it arrives, and its latency counts from its arrival, so a chunk that
+waited behind its session's slow append says so. The driver over a ``LiveSession`` on a
+real SQLite store, in this process: no Ray."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from surfacelog.actors.driver import DriverProgress, SessionDriver
+from surfacelog.actors.protocol import LoggedEvents
+from surfacelog.actors.script import AgentScript, ScriptConfig
+from surfacelog.runtime import LiveSession
+from surfacelog.schema.events import Event
+from surfacelog.session import AppendSpec, SurfaceSnapshot
+from surfacelog.session.context import context_message
+from surfacelog.store.shardmap import Shard, ShardMap
+from surfacelog.store.sqlite import SqliteEventStore
+
+EVERY_MS = 20.0
+SLOW_S = 0.1
+
+
+class _Client:
+    resent = 0
+    retry_for_s = 30.0
+
+    async def shard_of(self, session_id: str) -> Shard:
+        return ShardMap.single("paced.db").shards[0]
+
+
+class _TimedHandle:
+    """The driver's calls on ``live``, each chunk append's send time kept (per model
+    stream, in order); the append of the stream's chunk number ``slow_chunk`` (from 0)
+    answers ``SLOW_S`` late, in the first stream only."""
+
+    def __init__(self, live: LiveSession, slow_chunk: int | None) -> None:
+        self._live = live
+        self._slow_chunk = slow_chunk
+        self.client = _Client()
+        self.streams: list[list[float]] = []
+
+    @property
+    def session_id(self) -> str:
+        return self._live.session_id
+
+    async def append_batch(self, specs: Sequence[AppendSpec],
+                           expected_seq: int | None = None) -> LoggedEvents:
+        if specs[0].type == "step/start":
+            self.streams.append([])
+        elif specs[0].type == "assistant/chunk":
+            sends = self.streams[-1]
+            sends.append(time.perf_counter())
+            if len(self.streams) == 1 and len(sends) - 1 == self._slow_chunk:
+                await asyncio.sleep(SLOW_S)
+        return LoggedEvents.of(await self._live.append_batch(specs, expected_seq))
+
+    async def events(self, since_seq: int = 0, limit: int | None = None) -> list[Event]:
+        return self._live.events(since_seq, limit)
+
+    async def surface(self) -> SurfaceSnapshot:
+        return self._live.surface()
+
+    async def set_context(self, body: str | dict[str, Any], *,
+                          plugin: str = "workspace") -> Event | None:
+        return await self._live.set_context(
+            body if isinstance(body, dict) else context_message(body, plugin=plugin))
+
+    async def flush(self) -> None:
+        await self._live.flush()
+
+
+@pytest.fixture
+async def live(tmp_path: Path) -> AsyncIterator[LiveSession]:
+    store = await SqliteEventStore.open(str(tmp_path / "paced.db"))
+    try:
+        yield await LiveSession.activate("s", store)
+    finally:
+        await store.close()
+
+
+async def _drive(live: LiveSession, every_ms: float, slow_chunk: int | None = None
+                 ) -> tuple[_TimedHandle, DriverProgress]:
+    handle = _TimedHandle(live, slow_chunk)
+    progress = DriverProgress()
+    script = AgentScript("s", ScriptConfig(mode="chunk", steps=2, chunk_every_ms=every_ms))
+    driver = SessionDriver(handle, script, progress, time.time())
+    await driver.run(1)
+    assert progress.errors == 0 and progress.turns_done == 1
+    log = list(live.session.log)
+    messages = [e for e in log if e.type == "assistant/message"]
+    assert len(messages) == 2
+    for message in messages:  # each cites exactly its stream's chunks
+        cited = message.source_event_seqs
+        assert cited and all(log[s].type == "assistant/chunk" for s in cited)
+        assert list(cited) == list(range(cited[0], cited[0] + len(cited)))
+    return handle, progress
+
+
+async def test_paced_chunks_are_sent_no_earlier_than_they_arrive(live: LiveSession) -> None:
+    handle, _ = await _drive(live, EVERY_MS)
+    assert len(handle.streams) == 2
+    for sends in handle.streams:
+        assert len(sends) >= 8
+        # The first chunk is sent at the stream's start, at the latest: chunk k not
+        # before k intervals after it.
+        for k, sent in enumerate(sends):
+            assert sent - sends[0] >= k * EVERY_MS / 1000 - 1e-3, (k, sent - sends[0])
+
+
+async def test_a_chunk_behind_a_slow_append_counts_its_wait(live: LiveSession) -> None:
+    """Chunk 1's append takes ``SLOW_S`` (100 ms, five intervals): chunks 2 to 5 arrive
+    while it is in flight and are sent after it, each then counted from its arrival."""
+    handle, progress = await _drive(live, EVERY_MS, slow_chunk=1)
+    first = handle.streams[0]
+    # The latencies are kept in the order of the appends: the first stream's chunk k
+    # follows the workspace context, the turn's opening and the step's start.
+    chunk = progress.latencies_ms[3:]
+    assert chunk[1] >= SLOW_S * 1000
+    for k in range(2, 6):
+        # Chunk 1 was sent at its arrival, one interval in, and answered SLOW_S later;
+        # chunk k arrived k intervals in and waited for it.
+        assert first[k] - first[0] >= EVERY_MS / 1000 + SLOW_S - 1e-3
+        assert chunk[k] >= 1000 * SLOW_S + EVERY_MS - k * EVERY_MS - 1, (k, chunk[k])
+
