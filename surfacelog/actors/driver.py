@@ -359,8 +359,13 @@ class SessionDriver:
 
     async def run(self, turns: int) -> None:
         """Run ``turns`` more turns, numbered after the log's last one (``activate``
-        first if it was not). Raises what ``send`` raises but ``TurnInterrupted``."""
+        first if it was not); paced chunks (``ScriptConfig.chunk_every_ms``) start at
+        the script's ``phase`` of an interval. Raises what ``send`` raises but
+        ``TurnInterrupted``."""
         turn = self.last_turn if self.last_turn is not None else await self.activate()
+        cfg = self.script.config
+        if cfg.mode == "chunk" and cfg.chunk_every_ms > 0:
+            await asyncio.sleep(self.script.phase() * cfg.chunk_every_ms / 1000)
         done = 0
         while done < turns and not (self.halt is not None and self.halt.is_set()):
             turn += 1

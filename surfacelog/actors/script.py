@@ -93,6 +93,13 @@ class AgentScript:
         # than the session it drives (bench_hosting's in-process floor).
         return " ".join(self._rng.choices(WORDS, k=max(1, n))).capitalize() + "."
 
+    def phase(self) -> float:
+        """Where in ``chunk_every_ms`` this session's agent starts, in [0, 1): paced
+        sessions started together would otherwise stream in step, each chunk of every
+        session arriving at the same instant, a burst no fleet of agents makes. Seeded
+        by the config's seed and the session id, apart from the content's generator."""
+        return random.Random(f"{self.config.seed}:{self.session_id}:phase").random()
+
     def workspace(self, turn: int) -> str:
         """The workspace context the agent shows the model before ``turn``: it changes
         every second turn, so a run both replaces the context and finds it current."""

@@ -45,6 +45,7 @@ class _TimedHandle:
         self._slow_chunk = slow_chunk
         self.client = _Client()
         self.streams: list[list[float]] = []
+        self.first_call: float | None = None
 
     @property
     def session_id(self) -> str:
@@ -69,6 +70,8 @@ class _TimedHandle:
 
     async def set_context(self, body: str | dict[str, Any], *,
                           plugin: str = "workspace") -> Event | None:
+        if self.first_call is None:  # a turn starts by showing the workspace
+            self.first_call = time.perf_counter()
         return await self._live.set_context(
             body if isinstance(body, dict) else context_message(body, plugin=plugin))
 
@@ -91,7 +94,11 @@ async def _drive(live: LiveSession, every_ms: float, slow_chunk: int | None = No
     progress = DriverProgress()
     script = AgentScript("s", ScriptConfig(mode="chunk", steps=2, chunk_every_ms=every_ms))
     driver = SessionDriver(handle, script, progress, time.time())
+    await driver.activate()
+    started = time.perf_counter()
     await driver.run(1)
+    assert handle.first_call is not None
+    assert handle.first_call - started >= script.phase() * every_ms / 1000
     assert progress.errors == 0 and progress.turns_done == 1
     log = list(live.session.log)
     messages = [e for e in log if e.type == "assistant/message"]
@@ -129,3 +136,19 @@ async def test_a_chunk_behind_a_slow_append_counts_its_wait(live: LiveSession) -
         assert first[k] - first[0] >= EVERY_MS / 1000 + SLOW_S - 1e-3
         assert chunk[k] >= 1000 * SLOW_S + EVERY_MS - k * EVERY_MS - 1, (k, chunk[k])
 
+
+
+def test_paced_sessions_start_out_of_step() -> None:
+    """Each session's phase is its own and the same every time: sessions started
+    together spread their chunks over the interval instead of sending them at once."""
+    config = ScriptConfig(mode="chunk", chunk_every_ms=1000)
+    phases = [AgentScript(f"s{k}", config).phase() for k in range(200)]
+    assert phases == [AgentScript(f"s{k}", config).phase() for k in range(200)]
+    assert all(0 <= p < 1 for p in phases)
+    # Every tenth of the interval holds some sessions' starts, none most of them.
+    tenths = [sum(1 for p in phases if k / 10 <= p < (k + 1) / 10) for k in range(10)]
+    assert min(tenths) >= 5 and max(tenths) <= 50, tenths
+    other = [AgentScript(f"s{k}", ScriptConfig(seed=1)).phase() for k in range(200)]
+    assert other != phases
+    # The phase is drawn apart from the content: the same text with or without pacing.
+    assert AgentScript("s1", config).turn_open(1) == AgentScript("s1", ScriptConfig()).turn_open(1)
