@@ -20,6 +20,7 @@ incarnation still tries to write.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -305,31 +306,44 @@ class SessionActor:
         ``None`` for one it does not hold (nothing is loaded to answer). A watcher's
         pass asks once per actor, then sends its per-session requests only where there
         is work (``actors.compactor``)."""
-        async def one(live: LiveSession) -> ContextPressure:
-            return await live.pressure()
-        return await self._held(session_ids, one)
+        return await self._held(session_ids, LiveSession.pressure_now, LiveSession.pressure)
 
     async def held_oversized(self, session_ids: Sequence[str], max_chars: int
                              ) -> list[bool | None]:
         """For each of ``session_ids`` that this actor holds now, whether its surface
         has a tool result over ``max_chars`` characters; ``None`` for one it does not
         hold. What a pruner's pass asks once per actor."""
-        async def one(live: LiveSession) -> bool:
+        def now(live: LiveSession) -> bool | None:
+            return None if live.lock.locked() else bool(
+                live.oversized_results(max_chars).nodes)
+
+        async def later(live: LiveSession) -> bool:
             async with live.lock:
                 return bool(live.oversized_results(max_chars).nodes)
-        return await self._held(session_ids, one)
+        return await self._held(session_ids, now, later)
 
-    async def _held(self, session_ids: Sequence[str],
-                    op: Callable[[LiveSession], Awaitable[T]]) -> list[T | None]:
-        async def one(session_id: str) -> T | None:
+    async def _held(self, session_ids: Sequence[str], now: Callable[[LiveSession], T | None],
+                    later: Callable[[LiveSession], Awaitable[T]]) -> list[T | None]:
+        """``now(live)`` for each held session, in this one step of the loop: a pass
+        of a watcher over a thousand sessions took 9-10 ms as a task per session, most
+        of it the tasks, against 1.6-2.8 ms so. ``later(live)`` for those whose ``now``
+        is ``None`` (a mutation in flight holds the session's lock), awaited side by
+        side."""
+        answers: list[T | None] = [None] * len(session_ids)
+        busy: list[tuple[int, LiveSession]] = []
+        for k, session_id in enumerate(session_ids):
             live = self._sessions.get(session_id)
             if live is None or live.closed is not None:
-                return None
-            try:
-                return await op(live)
-            except SessionUnavailable:  # passivated meanwhile: not held after all
-                return None
-        return list(await asyncio.gather(*(one(sid) for sid in session_ids)))
+                continue
+            answers[k] = now(live)
+            if answers[k] is None:
+                busy.append((k, live))
+
+        async def wait(k: int, live: LiveSession) -> None:
+            with contextlib.suppress(SessionUnavailable):  # passivated: not held after all
+                answers[k] = await later(live)
+        await asyncio.gather(*(wait(k, live) for k, live in busy))
+        return answers
 
     async def set_context(self, session_id: str, payload: dict[str, Any]) -> Event | None:
         return await self._run(session_id, lambda h: h.set_context(payload))

@@ -459,10 +459,20 @@ class LiveSession:
         Taken under the lock: a batch whose commit is in flight may still be rolled
         back, and must not be observed before it is kept."""
         async with self.lock:
-            self._touch()
-            tracker = self._pressure
-            tracker.observe(self.session.events(tracker.seen))
-            return tracker.pressure(self.session.tally(self._surface_tokens))
+            return self._read_pressure()
+
+    def pressure_now(self) -> ContextPressure | None:
+        """``pressure`` without waiting: ``None`` while a mutation holds the lock (the
+        caller then awaits ``pressure``). What a watcher's pass over many sessions
+        reads, one session after another with no task each. Raises
+        ``SessionUnavailable`` once the session is closed."""
+        return None if self.lock.locked() else self._read_pressure()
+
+    def _read_pressure(self) -> ContextPressure:
+        self._touch()
+        tracker = self._pressure
+        tracker.observe(self.session.events(tracker.seen))
+        return tracker.pressure(self.session.tally(self._surface_tokens))
 
     def derive_messages(self, as_of: int | None = None) -> list[dict[str, Any]]:
         self._touch()
