@@ -168,6 +168,9 @@ class SessionDriver:
         self.last_turn: int | None = None
         self.halt: asyncio.Event | None = None
         """Once set, ``run`` stops after the current turn."""
+        self.next_at: float | None = None
+        """Paced (``ScriptConfig.chunk_every_ms``): when the session's next append
+        arrives (a ``time.perf_counter()`` reading; set by ``run``)."""
 
     async def activate(self) -> int:
         """Find the session's shard and its last turn (activating the session on its
@@ -232,14 +235,30 @@ class SessionDriver:
             end = start
         return 0
 
-    async def send(self, specs: Sequence[AppendSpec],
-                   arrived: float | None = None) -> LoggedEvents:
-        """Append ``specs`` at the tail exactly once; resend after conflicts, and the
-        same request through an outage of the session's shard (``_through_outage``).
-        The latency counted runs from ``arrived`` (a ``time.perf_counter()`` reading:
-        when the events reached the agent) when given, else from each attempt's send.
-        Raises ``TurnInterrupted`` when crash repair closed the turn, ``RuntimeError``
-        after ``MAX_RESENDS`` conflicts, and what ``_through_outage`` raises."""
+    async def _arrival(self) -> float | None:
+        """Paced: wait for the next append's arrival, one interval after the one
+        before, and return when it arrived, the time its latency counts from; ``None``
+        unpaced (each attempt's send counts). An append due while the one before was
+        still in flight is sent at once and counts from when it was due, so a session
+        that falls behind says so in its latencies (the schedule does not slow down
+        for a slow append). One sent after a pause counts from its send: the
+        driver's own lateness in waking is not the session's."""
+        if self.next_at is None:
+            return None
+        due = self.next_at
+        self.next_at = due + self.script.config.chunk_every_ms / 1000
+        if due <= time.perf_counter():
+            return due
+        await asyncio.sleep(due - time.perf_counter())
+        return time.perf_counter()
+
+    async def send(self, specs: Sequence[AppendSpec]) -> LoggedEvents:
+        """Append ``specs`` at the tail exactly once (paced: once they arrive,
+        ``_arrival``); resend after conflicts, and the same request through an outage
+        of the session's shard (``_through_outage``). Raises ``TurnInterrupted`` when
+        crash repair closed the turn, ``RuntimeError`` after ``MAX_RESENDS``
+        conflicts, and what ``_through_outage`` raises."""
+        arrived = await self._arrival()
         for _ in range(MAX_RESENDS):
             t0 = time.perf_counter() if arrived is None else arrived
             try:
@@ -328,7 +347,7 @@ class SessionDriver:
                 chunk_seqs = list(logged.seqs[1:])
             else:
                 await self.send([script.step_start(turn, step)])
-                chunk_seqs = await self._stream(stream.chunks, cfg.chunk_every_ms / 1000)
+                chunk_seqs = [(await self.send([c])).seqs[0] for c in stream.chunks]
             logged = await self.send([script.message(turn, step, stream, chunk_seqs),
                                       *(script.tool_call(turn, step, c) for c in stream.calls)])
             call_seqs = list(logged.seqs[1:])
@@ -337,35 +356,18 @@ class SessionDriver:
                              script.step_end(turn, step)])
         await self.send([script.turn_end(turn)])
 
-    async def _stream(self, chunks: Sequence[AppendSpec], every_s: float) -> list[int]:
-        """Append each of ``chunks`` on its own, in order; returns their seqs. With
-        ``every_s``, chunk k arrives ``k * every_s`` after the first, as a model streams:
-        it is not sent before then, and its latency counts from then, so the time a
-        chunk waits behind its session's previous append is counted too (the stream
-        does not slow down for a slow append). A chunk sent after a pause counts from
-        its send: the driver's own lateness in waking is not the session's."""
-        if every_s <= 0:
-            return [(await self.send([chunk])).seqs[0] for chunk in chunks]
-        seqs: list[int] = []
-        begun = time.perf_counter()
-        for k, chunk in enumerate(chunks):
-            arrives = begun + k * every_s
-            if arrives > time.perf_counter():
-                await asyncio.sleep(arrives - time.perf_counter())
-                # Waking late is this loop's lag, not the session's: count from now.
-                arrives = time.perf_counter()
-            seqs.append((await self.send([chunk], arrives)).seqs[0])
-        return seqs
-
     async def run(self, turns: int) -> None:
         """Run ``turns`` more turns, numbered after the log's last one (``activate``
-        first if it was not); paced chunks (``ScriptConfig.chunk_every_ms``) start at
-        the script's ``phase`` of an interval. Raises what ``send`` raises but
+        first if it was not); paced (``ScriptConfig.chunk_every_ms``), its first
+        append arrives at the script's ``phase`` of an interval. Raises what ``send`` raises but
         ``TurnInterrupted``."""
         turn = self.last_turn if self.last_turn is not None else await self.activate()
         cfg = self.script.config
         if cfg.mode == "chunk" and cfg.chunk_every_ms > 0:
-            await asyncio.sleep(self.script.phase() * cfg.chunk_every_ms / 1000)
+            # Each session from its own phase of the interval: started together they
+            # would all append at the same instants.
+            self.next_at = (time.perf_counter()
+                            + self.script.phase() * cfg.chunk_every_ms / 1000)
         done = 0
         while done < turns and not (self.halt is not None and self.halt.is_set()):
             turn += 1

@@ -46,8 +46,10 @@ class ScriptConfig(Struct, frozen=True):
     big_result_chars: int = 9000
     mode: AppendMode = "batch"
     chunk_every_ms: float = 0.0
-    """In chunk mode, how far apart a model stream's chunks arrive, as a model streams
-    them (its first at once); 0: each as soon as the one before is acknowledged."""
+    """In chunk mode, how far apart a session's appends arrive: its model stream's
+    chunks as a model streams them, and between two streams the message, the tool
+    calls and their results, as tools take time to run and a model to answer; 0: each
+    as soon as the one before is acknowledged."""
     provider: str = "scripted"
     model: str = "scripted-1"
     outage_budget_s: float = 180.0
@@ -95,8 +97,8 @@ class AgentScript:
 
     def phase(self) -> float:
         """Where in ``chunk_every_ms`` this session's agent starts, in [0, 1): paced
-        sessions started together would otherwise stream in step, each chunk of every
-        session arriving at the same instant, a burst no fleet of agents makes. Seeded
+        sessions started together would otherwise append in step, every session's
+        events arriving at the same instants, a burst no fleet of agents makes. Seeded
         by the config's seed and the session id, apart from the content's generator."""
         return random.Random(f"{self.config.seed}:{self.session_id}:phase").random()
 

@@ -65,7 +65,7 @@ CONFIG_LABELS: dict[str, tuple[str, str]] = {
     "writer": ("Writer", ""),
     "summariser": ("Summariser", ""),
     "mode": ("Append mode", ""),
-    "chunk_every_ms": ("A stream's chunks arrive every", "ms"),
+    "chunk_every_ms": ("A session's appends arrive every", "ms"),
     "db": ("Database", ""),
     "address": ("Ray cluster", ""),
     "shard_map": ("Shard map", ""),

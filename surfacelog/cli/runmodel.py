@@ -79,11 +79,12 @@ class RunConfig:
              "(the default); batch: a step's chunks in one append_batch")] = "chunk"
     chunk_every_ms: Annotated[float, Option(
         "--chunk-every", metavar="MS", min=0.0,
-        help="chunk mode: a model stream's chunks arrive this many milliseconds apart, "
-             "as a model streams them, and an append's latency counts from its chunk's "
-             "arrival (a session that falls behind its stream shows in p50/p99); 0 = "
-             "each chunk as soon as the one before is acknowledged, the most load the "
-             "sessions can make")] = 0.0
+        help="chunk mode: a session's appends arrive this many milliseconds apart (its "
+             "model stream's chunks, and between streams its tool calls and results), "
+             "each session from its own phase, and an append's latency counts from its "
+             "arrival (a session that falls behind shows in p50/p99); 0 = each append "
+             "as soon as the one before is acknowledged, the most load the sessions can "
+             "make")] = 0.0
     db: Annotated[Path | None, Option(
         show_default=False,
         help="SQLite database file, on this machine [default: surfacelog.db]; not with "
@@ -168,8 +169,8 @@ class RunConfig:
             raise BadParameter(f"{self.drivers!r} is neither a count >= 1 nor 'auto'",
                                param_hint="'--drivers'")
         if self.chunk_every_ms > 0 and self.mode != "chunk":
-            raise BadParameter("--chunk-every paces the chunks of --mode chunk; a batch "
-                               "append carries a step's chunks at once",
+            raise BadParameter("--chunk-every paces the appends of --mode chunk; a "
+                               "batch append carries a step's chunks at once",
                                param_hint="'--chunk-every'")
         if self.writer == "owner" and self.placement != "packed":
             raise BadParameter("--writer owner hosts a shard's sessions in one actor: it "

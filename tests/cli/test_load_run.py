@@ -368,26 +368,27 @@ def test_run_via_http_drives_the_sessions_through_the_gateway_and_verifies(
 
 @pytest.mark.usefixtures("ray_local")
 def test_a_paced_run_streams_each_chunk_at_its_time_and_verifies(tmp_path: Path) -> None:
-    """``--chunk-every``: each model stream takes at least its chunks' intervals (the
-    drivers' pacing itself: tests/actors/test_paced_stream.py)."""
+    """``--chunk-every``: a turn takes at least its appends' intervals (the drivers'
+    pacing itself: tests/actors/test_paced_stream.py)."""
     report = run_json(tmp_path / "paced.db", "--sessions", "2", "--turns", "1",
                       "--chunk-every", "100")
     assert (report["mode"], report["chunk_every_ms"]) == ("chunk", 100.0)
     assert report["verification"]["passed"] and report["errors"] == 0
     assert report["turns_done"] == 2
-    # A turn's three streams have 18, 18 and 12 chunks (ScriptConfig's defaults): 45
-    # intervals of 100 ms. Unpaced, two sessions' turn takes a fraction of that.
-    assert report["wall_s"] >= 4.5
-    assert ("A stream's chunks arrive every", "10 ms") in config_rows(
+    # A turn is 60 appends (ScriptConfig's defaults), 59 of them paced (not the
+    # workspace context): 58 intervals of 100 ms. Unpaced, it takes a fraction of that.
+    assert report["appends"] >= 2 * 60
+    assert report["wall_s"] >= 5.8
+    assert ("A session's appends arrive every", "10 ms") in config_rows(
         RunConfig(chunk_every_ms=10))
-    assert ("A stream's chunks arrive every", "as soon as the one before is "
+    assert ("A session's appends arrive every", "as soon as the one before is "
             "acknowledged") in config_rows(RunConfig())
 
 
 def test_chunk_pacing_needs_chunk_mode() -> None:
     result = CliRunner().invoke(app, ["run", "--mode", "batch", "--chunk-every", "10"])
     assert result.exit_code == 2
-    assert "--chunk-every paces the chunks of --mode chunk" in result.output
+    assert "--chunk-every paces the appends of --mode chunk" in result.output
     assert "Traceback" not in result.output
 
 
