@@ -56,14 +56,10 @@ from surfacelog.actors.coalesce import (
     requests_to_wire,
 )
 from surfacelog.actors.config import HostingConfig, tune_gc
-from surfacelog.actors.driver import DriverProgress, SessionDriver
-from surfacelog.actors.protocol import LoggedEvents
+from surfacelog.actors.driver import DriverProgress, LocalHandle, SessionDriver
 from surfacelog.actors.script import AgentScript, AppendMode, ScriptConfig
 from surfacelog.actors.session_actor import OwnerActor
 from surfacelog.runtime.live import LiveSession
-from surfacelog.schema.events import Event
-from surfacelog.session import AppendSpec, SurfaceSnapshot
-from surfacelog.session.context import DEFAULT_PLUGIN, context_message
 from surfacelog.store.shardmap import Shard, ShardMap
 from surfacelog.store.sqlite import SqliteEventStore
 
@@ -96,41 +92,6 @@ class _LocalClient:
 
     # ``Client``'s own: a request as it goes on a line (``coalesce``), over ``route``.
     send = Client.send
-
-
-class _LocalHandle:
-    """A ``DriverHandle`` over a ``LiveSession`` of this process: the driver's calls
-    with no Ray between it and the session."""
-
-    def __init__(self, live: LiveSession, client: _LocalClient) -> None:
-        self._live = live
-        self._client = client
-
-    @property
-    def session_id(self) -> str:
-        return self._live.session_id
-
-    @property
-    def client(self) -> _LocalClient:
-        return self._client
-
-    async def append_batch(self, specs: Sequence[AppendSpec],
-                           expected_seq: int | None = None) -> LoggedEvents:
-        return LoggedEvents.of(await self._live.append_batch(specs, expected_seq))
-
-    async def events(self, since_seq: int = 0, limit: int | None = None) -> list[Event]:
-        return self._live.events(since_seq, limit)
-
-    async def surface(self) -> SurfaceSnapshot:
-        return self._live.surface()
-
-    async def set_context(self, body: str | dict[str, Any], *,
-                          plugin: str = DEFAULT_PLUGIN) -> Event | None:
-        payload = body if isinstance(body, dict) else context_message(body, plugin=plugin)
-        return await self._live.set_context(payload)
-
-    async def flush(self) -> None:
-        await self._live.flush()
 
 
 class Floor(NamedTuple):
@@ -167,7 +128,7 @@ async def in_process_floor(folder: str, sessions: int, turns: int,
     try:
         client = _LocalClient()
         lives = [await LiveSession.activate(f"s{k:04d}", store) for k in range(sessions)]
-        return await _drive_floor([_LocalHandle(live, client) for live in lives], mode,
+        return await _drive_floor([LocalHandle(live, client) for live in lives], mode,
                                   turns, "in-process floor")
     finally:
         await store.close()

@@ -24,8 +24,10 @@ from surfacelog.actors.config import HostingConfig, tune_gc
 from surfacelog.actors.errors import ShardUnavailable, TurnInterrupted
 from surfacelog.actors.protocol import Conflict, LoggedEvents, SessionUnavailable
 from surfacelog.actors.script import AgentScript, ScriptConfig
+from surfacelog.runtime.live import LiveSession
 from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec, SurfaceSnapshot
+from surfacelog.session.context import DEFAULT_PLUGIN, context_message
 from surfacelog.session.turns import last_turn_boundary
 from surfacelog.store.errors import CommitFailed, StoreError
 from surfacelog.store.shardmap import Shard
@@ -70,6 +72,42 @@ class DriverHandle(Protocol):
                           plugin: str = ...) -> Event | None: ...
 
     async def flush(self) -> None: ...
+
+
+class LocalHandle:
+    """A ``DriverHandle`` over a ``LiveSession`` of this process: the driver's calls
+    with no Ray between it and the session (bench_hosting's in-process floor; the
+    driver's own tests). ``client``: what the driver asks of a client."""
+
+    def __init__(self, live: LiveSession, client: DriverClient) -> None:
+        self._live = live
+        self._client = client
+
+    @property
+    def session_id(self) -> str:
+        return self._live.session_id
+
+    @property
+    def client(self) -> DriverClient:
+        return self._client
+
+    async def append_batch(self, specs: Sequence[AppendSpec],
+                           expected_seq: int | None = None) -> LoggedEvents:
+        return LoggedEvents.of(await self._live.append_batch(specs, expected_seq))
+
+    async def events(self, since_seq: int = 0, limit: int | None = None) -> list[Event]:
+        return self._live.events(since_seq, limit)
+
+    async def surface(self) -> SurfaceSnapshot:
+        return self._live.surface()
+
+    async def set_context(self, body: str | dict[str, Any], *,
+                          plugin: str = DEFAULT_PLUGIN) -> Event | None:
+        payload = body if isinstance(body, dict) else context_message(body, plugin=plugin)
+        return await self._live.set_context(payload)
+
+    async def flush(self) -> None:
+        await self._live.flush()
 
 
 class SurfacePoint(msgspec.Struct, array_like=True):

@@ -10,17 +10,14 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from surfacelog.actors.driver import DriverProgress, SessionDriver
+from surfacelog.actors.driver import DriverProgress, LocalHandle, SessionDriver
 from surfacelog.actors.protocol import LoggedEvents
 from surfacelog.actors.script import AgentScript, ScriptConfig
 from surfacelog.runtime import LiveSession
-from surfacelog.schema.events import Event
-from surfacelog.session import AppendSpec, SurfaceSnapshot
-from surfacelog.session.context import context_message
+from surfacelog.session import AppendSpec
 from surfacelog.store.shardmap import Shard, ShardMap
 from surfacelog.store.sqlite import SqliteEventStore
 
@@ -36,21 +33,16 @@ class _Client:
         return ShardMap.single("paced.db").shards[0]
 
 
-class _TimedHandle:
+class _TimedHandle(LocalHandle):
     """The driver's calls on ``live``, each append's send time kept (all, and the
     chunks' per model stream); the append of the stream's chunk number ``slow_chunk``
     (from 0) answers ``SLOW_S`` late, in the first stream only."""
 
     def __init__(self, live: LiveSession, slow_chunk: int | None) -> None:
-        self._live = live
+        super().__init__(live, _Client())
         self._slow_chunk = slow_chunk
-        self.client = _Client()
         self.streams: list[list[float]] = []
         self.appends: list[float] = []
-
-    @property
-    def session_id(self) -> str:
-        return self._live.session_id
 
     async def append_batch(self, specs: Sequence[AppendSpec],
                            expected_seq: int | None = None) -> LoggedEvents:
@@ -62,21 +54,7 @@ class _TimedHandle:
             sends.append(time.perf_counter())
             if len(self.streams) == 1 and len(sends) - 1 == self._slow_chunk:
                 await asyncio.sleep(SLOW_S)
-        return LoggedEvents.of(await self._live.append_batch(specs, expected_seq))
-
-    async def events(self, since_seq: int = 0, limit: int | None = None) -> list[Event]:
-        return self._live.events(since_seq, limit)
-
-    async def surface(self) -> SurfaceSnapshot:
-        return self._live.surface()
-
-    async def set_context(self, body: str | dict[str, Any], *,
-                          plugin: str = "workspace") -> Event | None:
-        return await self._live.set_context(
-            body if isinstance(body, dict) else context_message(body, plugin=plugin))
-
-    async def flush(self) -> None:
-        await self._live.flush()
+        return await super().append_batch(specs, expected_seq)
 
 
 @pytest.fixture
