@@ -396,9 +396,9 @@ class SessionDriver:
 
     async def run(self, turns: int) -> None:
         """Run ``turns`` more turns, numbered after the log's last one (``activate``
-        first if it was not); paced (``ScriptConfig.chunk_every_ms``), its first
-        append arrives at the script's ``phase`` of an interval. Raises what ``send`` raises but
-        ``TurnInterrupted``."""
+        first if it was not); paced (``ScriptConfig.chunk_every_ms``), the first append
+        arrives at the script's ``phase`` of an interval. Raises what ``send`` raises
+        but ``TurnInterrupted``."""
         turn = self.last_turn if self.last_turn is not None else await self.activate()
         cfg = self.script.config
         if cfg.mode == "chunk" and cfg.chunk_every_ms > 0:
