@@ -92,7 +92,7 @@ class AgentScript:
     def _sentence(self, n: int) -> str:
         # One ``choices`` call, not a ``choice`` per word: the tool results are made of
         # these, and a word at a time a turn's events cost 11.4-12.3 us each to make,
-        # 7.5-7.7 us so (the in-process floor spends 100-130 us per event in all).
+        # 7.5-7.7 us so (the in-process floor spends 79-136 us per event in all).
         return " ".join(self._rng.choices(WORDS, k=max(1, n))).capitalize() + "."
 
     def phase(self) -> float:
