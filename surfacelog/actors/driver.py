@@ -335,9 +335,10 @@ class SessionDriver:
 
     async def show_workspace(self, body: str) -> None:
         """Make ``body`` the session's workspace context (idempotent, so it is sent
-        again through restarts and shard outages); the event it appended, if any, is
-        counted like an append."""
-        t0 = time.perf_counter()
+        again through restarts and shard outages), paced like an append; the event it
+        appended, if any, is counted like an append."""
+        arrived = await self._arrival()
+        t0 = time.perf_counter() if arrived is None else arrived
         event = await self._through_outage(partial(self.handle.set_context, body))
         if event is None:
             return

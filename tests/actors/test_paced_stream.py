@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,7 @@ from surfacelog.actors.driver import DriverProgress, LocalHandle, SessionDriver
 from surfacelog.actors.protocol import LoggedEvents
 from surfacelog.actors.script import AgentScript, ScriptConfig
 from surfacelog.runtime import LiveSession
+from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec
 from surfacelog.store.shardmap import Shard, ShardMap
 from surfacelog.store.sqlite import SqliteEventStore
@@ -34,9 +36,10 @@ class _Client:
 
 
 class _TimedHandle(LocalHandle):
-    """The driver's calls on ``live``, each append's send time kept (all, and the
-    chunks' per model stream); the append of the stream's chunk number ``slow_chunk``
-    (from 0) answers ``SLOW_S`` late, in the first stream only."""
+    """The driver's calls on ``live``, each append's send time kept (all, the
+    workspace context's too, and the chunks' per model stream); the append of the
+    stream's chunk number ``slow_chunk`` (from 0) answers ``SLOW_S`` late, in the first
+    stream only."""
 
     def __init__(self, live: LiveSession, slow_chunk: int | None) -> None:
         super().__init__(live, _Client())
@@ -55,6 +58,11 @@ class _TimedHandle(LocalHandle):
             if len(self.streams) == 1 and len(sends) - 1 == self._slow_chunk:
                 await asyncio.sleep(SLOW_S)
         return await super().append_batch(specs, expected_seq)
+
+    async def set_context(self, body: str | dict[str, Any], *,
+                          plugin: str = "workspace") -> Event | None:
+        self.appends.append(time.perf_counter())  # paced like an append
+        return await super().set_context(body, plugin=plugin)
 
 
 @pytest.fixture
@@ -92,7 +100,8 @@ async def test_paced_appends_are_sent_no_earlier_than_they_arrive(live: LiveSess
     handle, _, started = await _drive(live, EVERY_MS)
     assert len(handle.streams) == 2 and all(len(sends) >= 8 for sends in handle.streams)
     # The session's first append arrives at its phase of the interval, each next one
-    # an interval later: chunks, messages, tool calls and results alike.
+    # an interval later: the workspace context, chunks, messages, tool calls and
+    # results alike.
     phase = AgentScript("s", ScriptConfig()).phase()
     assert len(handle.appends) > 20
     for k, sent in enumerate(handle.appends):
