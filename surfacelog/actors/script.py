@@ -48,8 +48,9 @@ class ScriptConfig(Struct, frozen=True):
     chunk_every_ms: float = 0.0
     """In chunk mode, how far apart a session's appends arrive: its model stream's
     chunks as a model streams them, and between two streams the message, the tool
-    calls and their results, as tools take time to run and a model to answer; 0: each
-    as soon as the one before is acknowledged."""
+    calls and their results, as tools take time to run and a model to answer (and
+    before a turn, its workspace context); 0: each as soon as the one before is
+    acknowledged."""
     provider: str = "scripted"
     model: str = "scripted-1"
     outage_budget_s: float = 180.0

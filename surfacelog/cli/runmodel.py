@@ -80,7 +80,7 @@ class RunConfig:
     chunk_every_ms: Annotated[float, Option(
         "--chunk-every", metavar="MS", min=0.0,
         help="chunk mode: a session's appends arrive this many milliseconds apart (its "
-             "model stream's chunks, and between streams its tool calls and results), "
+             "workspace context, its model stream's chunks, its tool calls and results), "
              "each session from its own phase, and an append's latency counts from its "
              "arrival (a session that falls behind shows in p50/p99); 0 = each append "
              "as soon as the one before is acknowledged, the most load the sessions can "
