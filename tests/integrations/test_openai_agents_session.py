@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from surfacelog.integrations.openai_agents import (
@@ -160,6 +160,11 @@ def test_each_example_round_trips_exactly(item: dict[str, Any]) -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(ITEM)
+# Found by the property (CI, 4 December 2026): a "type" that is not a string was looked
+# up among the mappers and raised TypeError (unhashable).
+@example({"type": []})
+@example({"type": {"k": 1}, "role": "user"})
+@example({"type": 3})
 def test_any_json_item_round_trips_exactly(item: dict[str, Any]) -> None:
     _round_trip(item)
 

@@ -287,7 +287,10 @@ def map_item(item: Any, model: str, index: int | None = None) -> Mapped:
     if not same:
         raise _unmappable("item changes in a JSON round trip (a tuple, NaN, a "
                           "non-string key...?)", index, itype)
-    mapper = _MAPPERS.get("message" if itype is None and "role" in item else itype)
+    # A "type" that is not a string (a list, an object: JSON allows it) names no mapper:
+    # such an item is kept opaque, like one of a type this adapter does not know.
+    key = "message" if itype is None and "role" in item else itype
+    mapper = _MAPPERS.get(key) if isinstance(key, str) else None
     mapped = mapper(item, model) if mapper is not None else None
     if mapped is None or items_of(mapped.message) != [item]:
         mapped = map_opaque(item, model)
