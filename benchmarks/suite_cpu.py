@@ -1,0 +1,161 @@
+"""Where a test run's CPU goes, by kind of process (issue 23).
+
+On two cores under ``make test``'s three workers the suite keeps both cores busy, so its
+wall time is its CPU time over two: this says which processes spend it. It runs pytest
+as a child (the arguments after ``--``; ``make test``'s worker count by default) and
+samples that child's process tree every ``--interval`` seconds: each process is put in
+a kind when first seen (a Ray worker keeps the kind it started as, whatever actor it
+later hosts) and charged the CPU it spent since the previous sample.
+
+Figures are shares of the sampled total, measured in the same run. What a process spends
+after its last sample and before it ends is not seen: the run's rusage (every child
+that was waited for) is printed beside the sampled total to bound it.
+
+    .venv/bin/python benchmarks/suite_cpu.py [--json OUT] [-- PYTEST ARGS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+
+RAY_DAEMONS = {
+    "gcs_server": "Ray GCS",
+    "raylet": "Ray raylet",
+}
+"""Ray's native daemons, by process name."""
+
+RAY_SCRIPTS = (
+    ("dashboard/agent.py", "Ray dashboard agent"),
+    ("runtime_env/agent", "Ray runtime-env agent"),
+    ("log_monitor.py", "Ray log monitor"),
+    ("autoscaler/_private/monitor.py", "Ray autoscaler monitor"),
+    ("dashboard/dashboard.py", "Ray dashboard head"),
+    ("default_worker.py", "Ray worker"),
+)
+"""Ray's Python processes, by a part of their command line."""
+
+
+def kind_of(name: str, cmdline: list[str]) -> str:
+    """The kind of a process from its name and command line."""
+    if name in RAY_DAEMONS:
+        return RAY_DAEMONS[name]
+    line = " ".join(cmdline)
+    for part, kind in RAY_SCRIPTS:
+        if part in line:
+            return kind
+    if line.startswith("ray::") or name.startswith("ray::"):
+        return "Ray worker"
+    if "pytest" in line or "execnet" in line or "import sys;exec(eval(" in line:
+        return "pytest (tests in process)"
+    if "surfacelog" in line or "tests/support/" in line:
+        return "surfacelog child (CLI, scenario)"
+    if "chrom" in name:
+        return "chromium"
+    return "other child"
+
+
+@dataclass
+class Tally:
+    """CPU seconds and process starts by kind."""
+
+    cpu: Counter[str] = field(default_factory=Counter)
+    starts: Counter[str] = field(default_factory=Counter)
+    seen: dict[tuple[int, float], tuple[str, float]] = field(default_factory=dict)
+
+    def sample(self, root: psutil.Process) -> None:
+        """Charge each process of ``root``'s tree (``root`` included) the CPU it spent
+        since its previous sample; a process ended in between is skipped."""
+        try:
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        for proc in procs:
+            try:
+                with proc.oneshot():
+                    key = (proc.pid, proc.create_time())
+                    times = proc.cpu_times()
+                    spent = times.user + times.system
+                    if key not in self.seen:
+                        kind = kind_of(proc.name(), proc.cmdline())
+                        self.starts[kind] += 1
+                        self.seen[key] = (kind, 0.0)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            kind, before = self.seen[key]
+            self.cpu[kind] += spent - before
+            self.seen[key] = (kind, spent)
+
+
+def run(pytest_args: list[str], interval: float) -> dict[str, Any]:
+    """Run pytest with ``pytest_args`` under the sampler; its figures."""
+    # As under make test: bytecode caches written, or every Ray worker compiles again.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    before = psutil.Process().cpu_times()
+    started = time.monotonic()
+    child = subprocess.Popen([sys.executable, "-m", "pytest", *pytest_args], cwd=REPO,
+                             env=env)
+    root = psutil.Process(child.pid)
+    tally = Tally()
+    while child.poll() is None:
+        tally.sample(root)
+        time.sleep(interval)
+    wall = time.monotonic() - started
+    after = psutil.Process().cpu_times()
+    waited = (after.children_user + after.children_system
+              - before.children_user - before.children_system)
+    total = sum(tally.cpu.values())
+    kinds = [{"kind": kind, "starts": tally.starts[kind], "cpu_s": round(cpu, 1),
+              "share": round(cpu / total, 3) if total else 0.0}
+             for kind, cpu in tally.cpu.most_common()]
+    return {"exit_code": child.returncode, "wall_s": round(wall, 1),
+            "sampled_cpu_s": round(total, 1),
+            "cores_busy": round(total / wall, 2) if wall else 0.0,
+            "waited_children_cpu_s": round(waited, 1),
+            "ray_clusters": tally.starts["Ray GCS"], "kinds": kinds}
+
+
+def table(result: dict[str, Any]) -> str:
+    """The figures as a Markdown table and a summary line."""
+    lines = ["| kind | starts | CPU s | share |", "|---|---:|---:|---:|"]
+    lines += [f"| {k['kind']} | {k['starts']} | {k['cpu_s']} | {k['share']:.1%} |"
+              for k in result["kinds"]]
+    lines.append(f"\nwall {result['wall_s']} s, sampled CPU {result['sampled_cpu_s']} s "
+                 f"({result['cores_busy']} cores busy), rusage of waited children "
+                 f"{result['waited_children_cpu_s']} s, {result['ray_clusters']} Ray "
+                 f"clusters started, pytest exit {result['exit_code']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--interval", type=float, default=0.25,
+                        help="seconds between samples of the process tree")
+    parser.add_argument("--json", type=Path, help="also write the figures here (new file)")
+    parser.add_argument("pytest_args", nargs="*", default=["-q", "-n", "3"],
+                        help="pytest's arguments (after --)")
+    args = parser.parse_args(argv)
+    if args.json is not None and args.json.exists():
+        parser.error(f"{args.json} exists; name a new file")
+    result = run(args.pytest_args, args.interval)
+    print(table(result))
+    if args.json is not None:
+        with args.json.open("x", encoding="utf-8") as out:
+            json.dump(result, out, indent=1)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main()["exit_code"])
