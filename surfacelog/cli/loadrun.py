@@ -280,11 +280,11 @@ async def run_workload(cfg: RunConfig,
     if cluster is not None and cfg.kill_node_every_s > 0:
         node_chaos_task = asyncio.ensure_future(node_chaos(
             cluster, cfg.kill_node_every_s, cfg.node_down, cfg.seed,
-            _prober(client, ids), done, node_kills))
+            _prober(client, ids), done, node_kills, max_kills=cfg.max_kills))
     elif cluster is not None and cfg.kill_disk_every_s > 0:
         node_chaos_task = asyncio.ensure_future(disk_chaos(
             cluster, dict(client.writers), cfg.kill_disk_every_s, cfg.node_down,
-            cfg.seed, _prober(client, ids), done, node_kills))
+            cfg.seed, _prober(client, ids), done, node_kills, max_kills=cfg.max_kills))
     watch: NodeWatch | None = None
     watch_task = None
     if cluster is not None or cfg.address is not None:
@@ -481,14 +481,15 @@ async def _chaos(client: Client, ids: list[str], cfg: RunConfig, done: asyncio.E
 
     The interval counts from the previous recovery, not from the previous kill: killing
     an actor again before it has come back (a loaded machine restarts slowly) would
-    keep it down for good, which tests nothing but the retry window. Returns how many
-    kills were made, once the last victim serves again (so that nothing read afterwards
-    comes from an incarnation about to die)."""
+    keep it down for good, which tests nothing but the retry window. Stops after
+    ``max_kills`` kills if not 0. Returns how many kills were made, once the last
+    victim serves again (so that nothing read afterwards comes from an incarnation
+    about to die)."""
     if cfg.kill_every_s <= 0:
         return 0
     rng = random.Random(cfg.seed)
     kills = 0
-    while True:
+    while not cfg.max_kills or kills < cfg.max_kills:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(done.wait(), timeout=cfg.kill_every_s)
         if done.is_set():
@@ -501,6 +502,7 @@ async def _chaos(client: Client, ids: list[str], cfg: RunConfig, done: asyncio.E
         kill_times.append(round(time.time() - started, 3))
         await kill_and_await_restart(victim)
         kills += 1
+    return kills
 
 
 RESTART_WAIT_S = 60.0

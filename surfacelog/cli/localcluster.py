@@ -252,14 +252,15 @@ Probe = Callable[[str], Awaitable[None]]
 
 
 async def node_chaos(cluster: LocalCluster, every_s: float, down_s: float, seed: int,
-                     probe: Probe, done: asyncio.Event, kills: list[NodeKill]) -> None:
-    """Until ``done``: every ``every_s`` seconds remove a random worker node that offers
-    a shard (seeded by ``seed``; the head is never removed), alternately gracefully and
-    abruptly, keep it down ``down_s`` seconds, add it back with the same resources, and
-    wait until each of its shards answers ``probe`` (up to ``RECOVER_DEADLINE_S``)
-    before the next one. Appends each kill to ``kills`` as it happens. A removed node
-    is always added back, even when cancelled. Raises what ``LocalCluster.add_node``
-    raises."""
+                     probe: Probe, done: asyncio.Event, kills: list[NodeKill], *,
+                     max_kills: int = 0) -> None:
+    """Until ``done`` (or ``max_kills`` kills, if not 0): every ``every_s`` seconds remove a
+    random worker node that offers a shard (seeded by ``seed``; the head is never
+    removed), alternately gracefully and abruptly, keep it down ``down_s`` seconds, add
+    it back with the same resources, and wait until each of its shards answers ``probe``
+    (up to ``RECOVER_DEADLINE_S``) before the next one. Appends each kill to ``kills``
+    as it happens. A removed node is always added back, even when cancelled. Raises what
+    ``LocalCluster.add_node`` raises."""
 
     async def take_down(node: int) -> NodeKill:
         # A node found already dead (lost outside the chaos, which the node watch
@@ -275,13 +276,14 @@ async def node_chaos(cluster: LocalCluster, every_s: float, down_s: float, seed:
         cluster.remove_node(node, kill.graceful)
         return kill
 
-    await _outages(cluster, every_s, down_s, seed, probe, done, take_down)
+    await _outages(cluster, every_s, down_s, seed, probe, done, take_down, max_kills)
 
 
 async def disk_chaos(cluster: LocalCluster, writers: dict[str, Any], every_s: float,
                      down_s: float, seed: int, probe: Probe, done: asyncio.Event,
-                     kills: list[NodeKill]) -> None:
-    """``node_chaos`` where each removed node loses its disk: until ``done``, every
+                     kills: list[NodeKill], *, max_kills: int = 0) -> None:
+    """``node_chaos`` where each removed node loses its disk: until ``done`` (or
+    ``max_kills`` losses, if not 0), every
     ``every_s`` seconds a random shard worker node (seeded) has its shards' writers
     (``writers``: the writer actor of each shard) and their Litestream processes frozen
     (SIGSTOP: nothing more acknowledged, nothing more shipped), is removed abruptly, its
@@ -308,13 +310,15 @@ async def disk_chaos(cluster: LocalCluster, writers: dict[str, Any], every_s: fl
             _signal(pid, signal.SIGKILL)
         return kill
 
-    await _outages(cluster, every_s, down_s, seed, probe, done, take_down)
+    await _outages(cluster, every_s, down_s, seed, probe, done, take_down, max_kills)
 
 
 async def _outages(cluster: LocalCluster, every_s: float, down_s: float, seed: int,
                    probe: Probe, done: asyncio.Event,
-                   take_down: Callable[[int], Awaitable[NodeKill]]) -> None:
-    """The schedule both chaos loops share: until ``done``, every ``every_s`` seconds
+                   take_down: Callable[[int], Awaitable[NodeKill]], max_kills: int
+                   ) -> None:
+    """The schedule both chaos loops share: until ``done`` (or ``max_kills`` outages,
+    if not 0), every ``every_s`` seconds
     ``take_down`` a random shard worker node (seeded), keep it down ``down_s`` seconds,
     add it back (even when cancelled), and wait until each of its shards answers
     ``probe`` before the next outage."""
@@ -322,7 +326,9 @@ async def _outages(cluster: LocalCluster, every_s: float, down_s: float, seed: i
         return
     rng = random.Random(seed)
     candidates = [k for k in range(cluster.nodes) if cluster.shards_on(k)]
-    while True:
+    outages = 0
+    while not max_kills or outages < max_kills:
+        outages += 1
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(done.wait(), timeout=every_s)
         if done.is_set():

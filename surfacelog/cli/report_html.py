@@ -78,6 +78,7 @@ CONFIG_LABELS: dict[str, tuple[str, str]] = {
     "node_down_s": ("Node chaos: a removed node stays down", "s"),
     "replica": ("Litestream replicas under", ""),
     "kill_disk_every_s": ("Disk chaos: a node loses its disk every", "s"),
+    "max_kills": ("Chaos: kills at most, each chaos", ""),
 }
 """The configuration rows: each ``RunConfig`` field shown, its label and unit."""
 
@@ -88,6 +89,8 @@ def config_rows(cfg: RunConfig) -> list[tuple[str, str]]:
     hidden = {"packs": cfg.placement != "packed", "kill_journal": not cfg.kill_every_s,
               "node_down_s": not (cfg.kill_node_every_s or cfg.kill_disk_every_s),
               "chunk_every_ms": cfg.mode != "chunk",
+              "max_kills": not (cfg.kill_every_s or cfg.kill_node_every_s
+                                or cfg.kill_disk_every_s),
               "replica": cfg.replica is None, "kill_disk_every_s": not cfg.kill_disk_every_s,
               # With a shard map the shards are the map's: no --db, no shard count.
               "shard_map": cfg.shard_map is None, "db": cfg.shard_map is not None,
@@ -108,6 +111,8 @@ def config_rows(cfg: RunConfig) -> list[tuple[str, str]]:
             text = value(cfg.db_path)
         elif f.name in ("kill_every_s", "kill_node_every_s") and not raw:
             text = "off"
+        elif f.name == "max_kills" and not raw:
+            text = "no bound"
         elif f.name == "chunk_every_ms" and not raw:
             text = "as soon as the one before is acknowledged"
         elif f.name == "local_nodes" and not raw:

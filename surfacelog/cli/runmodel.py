@@ -150,6 +150,12 @@ class RunConfig:
              "seconds with an empty disk: its shards are restored from their replicas. "
              "The acknowledged events not yet replicated are lost and counted; 0 = off")
     ] = 0.0
+    max_kills: Annotated[int, Option(
+        min=0,
+        help="chaos: each chaos asked for (--kill-every; --kill-node-every or "
+             "--kill-disk-every) stops after this many kills and the run goes on without "
+             "it, so that a slow machine, whose runs last longer, does not get more "
+             "kills; 0 = no bound")] = 0
     outage_budget_s: Annotated[float, Option(
         "--outage-budget", min=0.0,
         help="how long an agent keeps resending a request whose shard is unavailable "
@@ -191,6 +197,11 @@ class RunConfig:
         if self.kill_journal and not self.kill_every_s:
             raise BadParameter("--kill-journal chooses whose actor --kill-every kills: it "
                                "needs --kill-every SEC", param_hint="'--kill-journal'")
+        if self.max_kills and not (self.kill_every_s or self.kill_node_every_s
+                                   or self.kill_disk_every_s):
+            raise BadParameter("--max-kills bounds the chaos: it needs --kill-every, "
+                               "--kill-node-every or --kill-disk-every",
+                               param_hint="'--max-kills'")
         if self.node_down_s is not None and not (self.kill_node_every_s
                                                  or self.kill_disk_every_s):
             raise BadParameter("--node-down is how long a removed node stays down: it "

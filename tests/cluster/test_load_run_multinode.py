@@ -50,22 +50,24 @@ def stored_sessions(digest: subprocess.CompletedProcess[str]) -> dict[str, str]:
 
 
 def test_cluster_run_survives_node_kills(tmp_path: Path) -> None:
-    """Two worker nodes, two shards, a node removed every 3 s (the first gracefully,
-    the next abruptly) and added back 0.5 s later (an abruptly killed one found dead
+    """Two worker nodes, two shards, a node removed every 3 s, twice at most (the first
+    gracefully, the next abruptly) and added back 0.5 s later (an abruptly killed one found dead
     in about a second: ``NODE_LOSS_ENV``): the run ends verified with nothing
     acknowledged lost, no error, and each kill's shards serving again."""
     db = tmp_path / "kills.db"
     html = tmp_path / "kills.html"
     report = run_report(db, "--local-nodes", "2", "--shards", "2", "--sessions", "6",
                         "--turns", "25", "--kill-node-every", "3", "--node-down", "0.5",
-                        "--report", str(html), env=NODE_LOSS_ENV)
+                        "--max-kills", "2", "--report", str(html), env=NODE_LOSS_ENV)
 
     assert report["verification"] == {"passed": True, "sessions": 6, "mismatches": []}
     assert report["errors"] == 0, report["last_error"]
     assert report["lost_acknowledged"] == 0 and report["write_failures"] == []
     assert report["turns_done"] + report["turns_interrupted"] == 6 * 25
     assert report["auth_mode"] == "token"
-    assert report["node_kills"] >= 1
+    # Two kills at most: one graceful, one abrupt. Unbounded, a loaded machine (whose
+    # run lasts longer) made up to ten, each a node's processes started again.
+    assert 1 <= report["node_kills"] <= 2
     recovery = report["recovery_s"]
     # Each kill takes the one shard of its node; each came back.
     assert recovery["unrecovered"] == [] and recovery["count"] == report["node_kills"]
