@@ -7,9 +7,8 @@ live view (``run_display``) and its HTML report (``report_html``); ``inspect``
 (``inspection``), ``fork`` (``forking``), ``serve`` (``serving``) and the terminal
 renderings (``render``). Nothing below this package imports it.
 
-This package loads nothing until it is used: the console script is
-``application.main``, which is running (and handles Ctrl-C) before the command line's
-modules load.
+This package loads nothing until it is used: the console script is ``__main__.main``,
+which is running (and handles Ctrl-C) before the command line's modules load.
 """
 
 from __future__ import annotations

@@ -6,11 +6,12 @@ command line naming a command builds the app with that command's group alone
 (``GROUPS``), so that ``surfacelog fold`` does not import the modules of ``run`` or
 ``import``.
 
-The console script imports this module, then runs ``main``. So that a Ctrl-C is one
-line wherever it lands, the module body imports only what the interpreter has loaded
-before any command line code runs (``importlib``, ``os``, ``sys``; ``typing`` only for
-the type checker), and ``main`` imports ``signal``, typer and the commands where it
-handles a Ctrl-C.
+The console script (``surfacelog.cli.__main__.main``, which ends a Ctrl-C that lands
+while this module loads with the same one line) imports this module, then runs ``main``.
+So that a Ctrl-C is one line wherever it lands, the module body imports only what the
+interpreter has loaded before any command line code runs (``importlib``, ``os``,
+``sys``; ``typing`` only for the type checker), and ``main`` imports ``signal``, typer
+and the commands where it handles a Ctrl-C.
 """
 
 from __future__ import annotations

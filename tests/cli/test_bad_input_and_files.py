@@ -566,6 +566,36 @@ def test_ctrl_c_while_the_command_line_loads_is_one_line(tmp_path: Path) -> None
     assert interrupted, "no signal landed while the command ran"
 
 
+_WHILE_APPLICATION_LOADS = """
+import sys
+
+
+class Interrupts:
+    # Where a Ctrl-C lands on a first run's cold start: while the command line's
+    # modules load (compiled on the way), before main's handler is installed.
+    def find_spec(self, name, path=None, target=None):
+        if name == "surfacelog.cli.application":
+            raise KeyboardInterrupt
+        return None
+
+
+sys.meta_path.insert(0, Interrupts())
+sys.argv = ["surfacelog", "fold", sys.argv[1]]
+from surfacelog.cli.__main__ import main
+main()
+"""
+
+
+def test_ctrl_c_while_the_application_module_loads_is_one_line() -> None:
+    """Found by a clean-clone CI run (the modules compiled on their first load): a
+    Ctrl-C 0.03 s in landed in ``application``'s module body, a traceback. The entry
+    point (``python -m surfacelog.cli`` and the console script) now loads it itself."""
+    proc = subprocess.run([sys.executable, "-c", _WHILE_APPLICATION_LOADS, str(VALID[0])],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert (proc.returncode, proc.stderr, proc.stdout) == \
+        (130, "surfacelog: interrupted\n", "")
+
+
 _AFTER_THE_COMMAND = """
 import os, signal, sys, time
 from surfacelog.cli.application import main
