@@ -58,10 +58,11 @@ def kind_of(name: str, cmdline: list[str]) -> str:
             return kind
     if line.startswith("ray::") or name.startswith("ray::"):
         return "Ray worker"
+    # Before pytest's: a child's arguments often name a file in pytest's temp dir.
+    if "surfacelog.cli" in line or "bin/surfacelog" in line or "tests/support/" in line:
+        return "surfacelog child (CLI, scenario)"
     if "pytest" in line or "execnet" in line or "import sys;exec(eval(" in line:
         return "pytest (tests in process)"
-    if "surfacelog" in line or "tests/support/" in line:
-        return "surfacelog child (CLI, scenario)"
     if "chrom" in name:
         return "chromium"
     return "other child"

@@ -17,6 +17,7 @@ def main() -> None:
 
         run()
     except KeyboardInterrupt:
+        # application's INTERRUPTED, spelled here: its load may be what was interrupted.
         sys.stderr.write("surfacelog: interrupted\n")
         raise SystemExit(130) from None
 

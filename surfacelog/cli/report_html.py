@@ -89,8 +89,7 @@ def config_rows(cfg: RunConfig) -> list[tuple[str, str]]:
     hidden = {"packs": cfg.placement != "packed", "kill_journal": not cfg.kill_every_s,
               "node_down_s": not (cfg.kill_node_every_s or cfg.kill_disk_every_s),
               "chunk_every_ms": cfg.mode != "chunk",
-              "max_kills": not (cfg.kill_every_s or cfg.kill_node_every_s
-                                or cfg.kill_disk_every_s),
+              "max_kills": not cfg.chaos,
               "replica": cfg.replica is None, "kill_disk_every_s": not cfg.kill_disk_every_s,
               # With a shard map the shards are the map's: no --db, no shard count.
               "shard_map": cfg.shard_map is None, "db": cfg.shard_map is not None,

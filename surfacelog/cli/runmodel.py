@@ -197,8 +197,7 @@ class RunConfig:
         if self.kill_journal and not self.kill_every_s:
             raise BadParameter("--kill-journal chooses whose actor --kill-every kills: it "
                                "needs --kill-every SEC", param_hint="'--kill-journal'")
-        if self.max_kills and not (self.kill_every_s or self.kill_node_every_s
-                                   or self.kill_disk_every_s):
+        if self.max_kills and not self.chaos:
             raise BadParameter("--max-kills bounds the chaos: it needs --kill-every, "
                                "--kill-node-every or --kill-disk-every",
                                param_hint="'--max-kills'")
@@ -231,6 +230,11 @@ class RunConfig:
         elif self.address is not None:
             raise BadParameter("--local-nodes starts its own cluster: it cannot join "
                                "--address", param_hint="'--local-nodes'")
+
+    @property
+    def chaos(self) -> bool:
+        """Whether any chaos was asked for: actor kills, node or disk losses."""
+        return bool(self.kill_every_s or self.kill_node_every_s or self.kill_disk_every_s)
 
     @property
     def db_path(self) -> Path:

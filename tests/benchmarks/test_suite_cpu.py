@@ -23,6 +23,13 @@ PYTHON_RAY = "/venv/lib/python3.11/site-packages/ray"
     ("python", ["python", "-c", "import sys;exec(eval(sys.stdin.readline()))"],
      "pytest (tests in process)"),
     ("python", ["python", "-m", "surfacelog.cli", "run"], "surfacelog child (CLI, scenario)"),
+    ("python", ["python", "-m", "surfacelog.cli", "run", "--db",
+                "/tmp/pytest-of-root/pytest-1/popen-gw0/test_x0/kills.db"],
+     "surfacelog child (CLI, scenario)"),
+    ("python", ["python", "/repo/tests/support/cluster_scenario.py", "--out",
+                "/tmp/pytest-of-root/pytest-1/r.json"], "surfacelog child (CLI, scenario)"),
+    ("python", ["python", "-m", "pytest", "-q", "/tmp/pytest-of-root/x/test_tiny.py"],
+     "pytest (tests in process)"),
     ("sleep", ["sleep", "1"], "other child"),
 ])
 def test_each_process_gets_its_kind(name: str, cmdline: list[str], kind: str) -> None:
