@@ -11,7 +11,11 @@ Figures are shares of the sampled total, measured in the same run. What a proces
 after its last sample and before it ends is not seen: the run's rusage (every child
 that was waited for) is printed beside the sampled total to bound it.
 
-    .venv/bin/python benchmarks/suite_cpu.py [--json OUT] [-- PYTEST ARGS]
+``--by-test N`` also names the N tests that started the most Ray workers (and raylets):
+each process that runs tests loads ``ray_starts_by_test.py`` as a pytest plugin, which
+charges each Ray process to the test running when it first appears.
+
+    .venv/bin/python benchmarks/suite_cpu.py [--json OUT] [--by-test N] [-- PYTEST ARGS]
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -29,7 +34,13 @@ from typing import Any
 
 import psutil
 
-REPO = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+PLUGIN = "ray_starts_by_test"
+STARTS_DIR_ENV = "SUITE_STARTS_DIR"
+"""Where the plugin's processes write their counts."""
+COUNTED = ("Ray worker", "Ray raylet")
+"""The kinds the plugin counts by test."""
 
 RAY_DAEMONS = {
     "gcs_server": "Ray GCS",
@@ -100,10 +111,39 @@ class Tally:
             self.seen[key] = (kind, spent)
 
 
-def run(pytest_args: list[str], interval: float) -> dict[str, Any]:
-    """Run pytest with ``pytest_args`` under the sampler; its figures."""
+def merge_starts(folder: Path) -> list[dict[str, Any]]:
+    """The counts the plugin's processes wrote in ``folder``, summed by test: one dict
+    per test (``test`` and a count per kind of ``COUNTED``), most Ray workers first."""
+    by_test: dict[str, Counter[str]] = {}
+    for path in sorted(folder.glob("starts-*.json")):
+        for test, kind, n in json.loads(path.read_text(encoding="utf-8")):
+            by_test.setdefault(test, Counter())[kind] += n
+    rows = [{"test": test, **{kind: counts[kind] for kind in COUNTED}}
+            for test, counts in by_test.items()]
+    rows.sort(key=lambda r: (-r["Ray worker"], -r["Ray raylet"], r["test"]))
+    return rows
+
+
+def run(pytest_args: list[str], interval: float, by_test: int = 0) -> dict[str, Any]:
+    """Run pytest with ``pytest_args`` under the sampler; its figures (with ``by_test``
+    above 0, also the ``by_test`` tests that started the most Ray workers)."""
+    if by_test <= 0:
+        return _run(pytest_args, interval, {})
+    with tempfile.TemporaryDirectory(prefix="suite-starts-") as folder:
+        path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
+        result = _run(["-p", PLUGIN, *pytest_args], interval,
+                      {STARTS_DIR_ENV: folder, "PYTHONPATH": path})
+        rows = merge_starts(Path(folder))
+    result["ray_starts_counted"] = {kind: sum(r[kind] for r in rows) for kind in COUNTED}
+    result["by_test"] = rows[:by_test]
+    return result
+
+
+def _run(pytest_args: list[str], interval: float, extra_env: dict[str, str]
+         ) -> dict[str, Any]:
     # As under make test: bytecode caches written, or every Ray worker compiles again.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(extra_env)
     before = psutil.Process().cpu_times()
     started = time.monotonic()
     child = subprocess.Popen([sys.executable, "-m", "pytest", *pytest_args], cwd=REPO,
@@ -137,6 +177,14 @@ def table(result: dict[str, Any]) -> str:
                  f"({result['cores_busy']} cores busy), rusage of waited children "
                  f"{result['waited_children_cpu_s']} s, {result['ray_clusters']} Ray "
                  f"clusters started, pytest exit {result['exit_code']}")
+    if "by_test" in result:
+        counted = result["ray_starts_counted"]
+        lines += [f"\nRay processes started, by test ({counted['Ray worker']} workers and "
+                  f"{counted['Ray raylet']} raylets seen in all; those of a test's child "
+                  "processes included):\n",
+                  "| test | Ray workers | raylets |", "|---|---:|---:|"]
+        lines += [f"| {r['test']} | {r['Ray worker']} | {r['Ray raylet']} |"
+                  for r in result["by_test"]]
     return "\n".join(lines)
 
 
@@ -145,12 +193,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--interval", type=float, default=0.25,
                         help="seconds between samples of the process tree")
     parser.add_argument("--json", type=Path, help="also write the figures here (new file)")
+    parser.add_argument("--by-test", type=int, default=0, metavar="N",
+                        help="also name the N tests that started the most Ray workers")
     parser.add_argument("pytest_args", nargs="*", default=["-q", "-n", "3"],
                         help="pytest's arguments (after --)")
     args = parser.parse_args(argv)
     if args.json is not None and args.json.exists():
         parser.error(f"{args.json} exists; name a new file")
-    result = run(args.pytest_args, args.interval)
+    result = run(args.pytest_args, args.interval, args.by_test)
     print(table(result))
     if args.json is not None:
         with args.json.open("x", encoding="utf-8") as out:

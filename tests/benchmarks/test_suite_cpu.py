@@ -63,3 +63,53 @@ def test_a_tiny_run_charges_the_child_it_starts(tmp_path: Path,
     # A second run never overwrites the figures of the first.
     with pytest.raises(SystemExit):
         bench.main(["--json", str(out), "--", str(suite)])
+
+
+TINY_SUITE = '''
+import subprocess, sys
+import pytest
+
+CHILDREN = []
+
+@pytest.fixture(scope="module", autouse=True)
+def ended():
+    yield
+    for child in CHILDREN:
+        child.kill()
+        child.wait()
+
+def worker_like():
+    # Alive until the module ends: the plugin's look at the test's end sees it, however
+    # loaded the machine. Its command line names Ray's worker script.
+    CHILDREN.append(subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)", "default_worker.py"]))
+
+def test_one():
+    worker_like()
+
+def test_two():
+    worker_like()
+    worker_like()
+
+def test_none():
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+'''
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_by_test_charges_each_ray_process_to_the_test_that_started_it(
+        tmp_path: Path, workers: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    suite = tmp_path / "test_tiny_starts.py"
+    suite.write_text(TINY_SUITE, encoding="utf-8")
+    result = load_bench("suite_cpu").main(["--by-test", "5", "--", "-q", "-p",
+                                           "no:cacheprovider", *workers, str(suite)])
+    assert result["exit_code"] == 0
+    # Under xdist the controlling process, whose descendants are every worker's, counts
+    # nothing: each process is counted once.
+    assert result["ray_starts_counted"] == {"Ray worker": 3, "Ray raylet": 0}
+    by_test = {r["test"].rsplit("::", 1)[-1]: r["Ray worker"] for r in result["by_test"]}
+    assert by_test == {"test_two": 2, "test_one": 1}
+    assert result["by_test"][0]["test"].endswith("::test_two")
+    out = capsys.readouterr().out
+    assert "3 workers and 0 raylets seen in all" in out
+    assert f"| {result['by_test'][0]['test']} | 2 | 0 |" in out
