@@ -58,6 +58,13 @@ RAY_SCRIPTS = (
 )
 """Ray's Python processes, by a part of their command line."""
 
+RAY_TITLES = {
+    "ray::DashboardAgent": "Ray dashboard agent",
+    "ray::RuntimeEnvAgent": "Ray runtime-env agent",
+}
+"""The titles Ray's agents give themselves once started (their command line then reads
+``ray::...`` like a worker's), by their first word."""
+
 
 def kind_of(name: str, cmdline: list[str]) -> str:
     """The kind of a process from its name and command line."""
@@ -67,6 +74,9 @@ def kind_of(name: str, cmdline: list[str]) -> str:
     for part, kind in RAY_SCRIPTS:
         if part in line:
             return kind
+    title = line.split(" ", 1)[0]
+    if title in RAY_TITLES:
+        return RAY_TITLES[title]
     if line.startswith("ray::") or name.startswith("ray::"):
         return "Ray worker"
     # Before pytest's: a child's arguments often name a file in pytest's temp dir.

@@ -19,6 +19,10 @@ PYTHON_RAY = "/venv/lib/python3.11/site-packages/ray"
     ("python", ["python", f"{PYTHON_RAY}/_private/workers/default_worker.py"], "Ray worker"),
     ("ray::SessionActor", ["ray::SessionActor.append"], "Ray worker"),
     ("python", ["python", "-u", f"{PYTHON_RAY}/dashboard/agent.py"], "Ray dashboard agent"),
+    # The agents' own titles, once set (seen in a run of the suite): not workers.
+    ("python", ["ray::DashboardAgent", "", ""], "Ray dashboard agent"),
+    ("python", ["ray::RuntimeEnvAgent                        "], "Ray runtime-env agent"),
+    ("ray::IDLE", ["ray::IDLE", "", ""], "Ray worker"),
     ("python", ["python", f"{PYTHON_RAY}/_private/log_monitor.py"], "Ray log monitor"),
     ("python", ["python", "-c", "import sys;exec(eval(sys.stdin.readline()))"],
      "pytest (tests in process)"),
