@@ -1,0 +1,86 @@
+"""What one Ray worker process costs to start, in CPU (issue 23: the suite's floor).
+
+Each actor the test suite starts is a worker process of its own, started for it and
+ended with it. This starts a local Ray as the suite's fixture does (``init_ray``, two
+CPUs, no dashboard), then ``--workers`` actors one after another, each a class with one
+method: the CPU its process has used once it answered its first call. The baseline,
+measured in the same run: a fresh interpreter that only runs ``import ray`` (the CPU of
+the child, from its rusage), ``--workers`` times.
+
+    .venv/bin/python benchmarks/bench_worker_start.py [--workers N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+from typing import Any
+
+import psutil
+
+
+def import_ray_cpu_s() -> float:
+    """The CPU seconds of a fresh interpreter that imports ray and exits."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-c", "import ray"], check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def worker_start_cpu_s(count: int) -> list[float]:
+    """For ``count`` actors started one after another on a local Ray of this process's
+    own: the CPU seconds each one's process had used when its first call returned."""
+    import ray
+
+    from surfacelog.actors.client import init_ray
+
+    init_ray(None, num_cpus=2, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    try:
+        @ray.remote(num_cpus=0)
+        class Probe:
+            def pid(self) -> int:
+                return os.getpid()
+
+        spent = []
+        for _ in range(count):
+            probe: Any = Probe.remote()  # type: ignore[attr-defined]
+            times = psutil.Process(ray.get(probe.pid.remote())).cpu_times()
+            spent.append(times.user + times.system)
+            ray.kill(probe)
+        return spent
+    finally:
+        ray.shutdown()
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, default=8, help="actors started (and imports)")
+    args = parser.parse_args(argv)
+    baseline = [import_ray_cpu_s() for _ in range(args.workers)]
+    workers = worker_start_cpu_s(args.workers)
+    result = {
+        "workers": args.workers,
+        "worker_cpu_s": {"median": round(statistics.median(workers), 3),
+                         "min": round(min(workers), 3), "max": round(max(workers), 3)},
+        "import_ray_cpu_s": {"median": round(statistics.median(baseline), 3),
+                             "min": round(min(baseline), 3), "max": round(max(baseline), 3)},
+    }
+    result["ratio"] = round(result["worker_cpu_s"]["median"]
+                            / result["import_ray_cpu_s"]["median"], 2)
+    w, b = result["worker_cpu_s"], result["import_ray_cpu_s"]
+    print(f"| figure | median | range ({args.workers}) |\n|---|---:|---:|\n"
+          f"| a Ray worker's CPU once it answered its first call | {w['median']} s | "
+          f"{w['min']}-{w['max']} s |\n"
+          f"| baseline: `python -c \"import ray\"` | {b['median']} s | "
+          f"{b['min']}-{b['max']} s |\n"
+          f"| ratio (medians) | {result['ratio']}x | |")
+    return result
+
+
+if __name__ == "__main__":
+    main()
