@@ -210,6 +210,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.json is not None and args.json.exists():
         parser.error(f"{args.json} exists; name a new file")
+    if args.by_test < 0:
+        parser.error(f"--by-test {args.by_test}: a number of tests, 0 or more")
     result = run(args.pytest_args, args.interval, args.by_test)
     print(table(result))
     if args.json is not None:

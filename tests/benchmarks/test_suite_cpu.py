@@ -67,6 +67,9 @@ def test_a_tiny_run_charges_the_child_it_starts(tmp_path: Path,
     # A second run never overwrites the figures of the first.
     with pytest.raises(SystemExit):
         bench.main(["--json", str(out), "--", str(suite)])
+    with pytest.raises(SystemExit):
+        bench.main(["--by-test", "-1", "--", str(suite)])
+    assert "--by-test -1: a number of tests" in capsys.readouterr().err
 
 
 TINY_SUITE = '''
