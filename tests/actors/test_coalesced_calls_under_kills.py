@@ -6,11 +6,19 @@ is stored once at its seq; a batch sent with ``expected_seq`` is resent by its h
 and either lands exactly once or is refused as a ``Conflict`` (the actor's restart
 logged a seed marker at that seq: the batch is not stored, and the caller resends it at
 the new end); a batch sent without it either failed with an unknown outcome (the
-caller is told, and finds it stored once or not at all) or was acknowledged."""
+caller is told, and finds it stored once or not at all) or was acknowledged.
+
+Every other round holds the file's write lock (another SQLite connection's ``BEGIN
+IMMEDIATE``) from before the round's requests are sent until the kill: the call cannot
+commit, so the kill lands while it is in flight, however fast the machine. Unlocked, a
+quiet machine committed and answered the whole call before ``ray.kill`` took effect in
+three of four runs of this test alone (4 December 2026). The rounds in between run
+unhindered: there the kill may also land after a commit, before its answer."""
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +33,8 @@ from surfacelog.session import AppendSpec
 from surfacelog.store.sqlite import SqliteEventStore
 
 SESSIONS = 12
+WAIT_S = 60.0
+"""The longest a locked round waits for its call to fail (a bound against hanging)."""
 
 
 def closed_turn(session: int, turn: int) -> list[AppendSpec]:
@@ -61,6 +71,10 @@ async def test_killing_the_actor_mid_call_keeps_each_requests_outcome(tmp_path: 
             lengths = {sid: (await handles[sid].surface()).length for sid in ids}
             before = client.call_stats().coalesced_calls
             resent_before = client.resent
+            lock = None
+            if round_no % 2 == 0:
+                lock = sqlite3.connect(db, isolation_level=None)
+                lock.execute("BEGIN IMMEDIATE")
             tasks = {}
             for k, sid in enumerate(ids):
                 turns[sid] += 1
@@ -68,8 +82,19 @@ async def test_killing_the_actor_mid_call_keeps_each_requests_outcome(tmp_path: 
                 expected = lengths[sid] if k % 2 == 0 else None
                 tasks[sid] = asyncio.ensure_future(handles[sid].append_batch(
                     closed_turn(k, turns[sid]), expected_seq=expected))
-            await wait_for_coalesced_call(client, before)
-            ray.kill(await client.actor(ids[0]), no_restart=False)
+            try:
+                await wait_for_coalesced_call(client, before)
+                ray.kill(await client.actor(ids[0]), no_restart=False)
+                if lock is not None:
+                    # ray.kill returns before the actor is dead: the lock is held until
+                    # the call has failed, as a request that cannot be resent then does.
+                    unsendable = [tasks[sid] for k, sid in enumerate(ids) if k % 2 == 1]
+                    done, _ = await asyncio.wait(unsendable, timeout=WAIT_S,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                    assert done, f"round {round_no}: the call outlived the kill"
+            finally:
+                if lock is not None:
+                    lock.close()  # rolls the empty transaction back: the lock is free
             results = await asyncio.gather(*tasks.values(), return_exceptions=True)
             failed = 0
             for k, (sid, result) in enumerate(zip(tasks, results, strict=True)):
@@ -87,10 +112,13 @@ async def test_killing_the_actor_mid_call_keeps_each_requests_outcome(tmp_path: 
                     assert [e.type for e in result] == ["turn/start", "turn/end"]
                     assert result[0].seq == lengths[sid] or k % 2 == 1
                     acked[sid].extend(result)
-            hits += failed > 0 or client.resent > resent_before
+            hit = failed > 0 or client.resent > resent_before
+            # A locked round's call cannot have committed before the kill.
+            assert hit or lock is None, f"round {round_no}: the kill landed after the call"
+            hits += hit
             if hits >= 2 and round_no >= 2:
                 break
-        assert hits >= 1, "no kill landed while a coalesced call was in flight"
+        assert hits >= 2, "no kill landed while a coalesced call was in flight"
     finally:
         client.shutdown()
 
