@@ -9,10 +9,10 @@ the new end); a batch sent without it either failed with an unknown outcome (the
 caller is told, and finds it stored once or not at all) or was acknowledged.
 
 Every other round holds the file's write lock (another SQLite connection's ``BEGIN
-IMMEDIATE``) from before the round's requests are sent until the kill: the call cannot
-commit, so the kill lands while it is in flight, however fast the machine. Unlocked, a
+IMMEDIATE``) from before the round's requests are sent until their call has failed: it
+cannot commit, so the kill lands while it is in flight, however fast the machine. Unlocked, a
 quiet machine committed and answered the whole call before ``ray.kill`` took effect in
-three of four runs of this test alone (4 December 2026). The rounds in between run
+six of seven runs of this test alone (4 December 2026). The rounds in between run
 unhindered: there the kill may also land after a commit, before its answer."""
 
 from __future__ import annotations
