@@ -82,10 +82,39 @@ def _on_interrupt(signum: int, frame: object) -> None:
     import signal  # loaded by main already
 
     global _interrupted
+    if not _loading and _in_import_machinery(frame):
+        # A command's own imports: raised here, in importlib's code (a module lock's
+        # weakref callback, say), the exception is printed as "Exception ignored" with a
+        # traceback, or leaves the import's locks half-updated. The same Ctrl-C is
+        # delivered again a moment later, once out of it.
+        _redeliver(signum)
+        return
     _interrupted = True
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if not _loading:
         raise KeyboardInterrupt
+
+
+_IMPORT_MACHINERY: Final = "<frozen importlib."
+"""How the import machinery's frames name their file (``<frozen importlib._bootstrap>``,
+``<frozen importlib._bootstrap_external>``)."""
+
+_REDELIVER_S: Final = 0.005
+
+
+def _in_import_machinery(frame: object) -> bool:
+    """Whether ``frame`` (a signal handler's: where the main thread was) is the import
+    machinery's own code."""
+    code = getattr(frame, "f_code", None)
+    return code is not None and str(code.co_filename).startswith(_IMPORT_MACHINERY)
+
+
+def _redeliver(signum: int) -> None:
+    """Send this process ``signum`` again in ``_REDELIVER_S``, from a timer thread (the
+    handler must return first)."""
+    import threading  # loaded by main already
+
+    threading.Timer(_REDELIVER_S, os.kill, (os.getpid(), signum)).start()
 
 
 def main() -> None:
@@ -96,6 +125,7 @@ def main() -> None:
     handled = sys.argv[1:2] != ["run"]
     try:
         import signal
+        import threading  # noqa: F401  (for _redeliver, which runs in a signal handler)
 
         if handled:
             _loading = True

@@ -596,6 +596,36 @@ def test_ctrl_c_while_the_application_module_loads_is_one_line() -> None:
         (130, "surfacelog: interrupted\n", "")
 
 
+_IN_THE_IMPORT_MACHINERY = """
+import signal, sys, time
+from surfacelog.cli import application
+
+application._loading = False  # a command running, as main leaves it
+signal.signal(signal.SIGINT, application._on_interrupt)
+# The handler called where the interpreter calls it for a Ctrl-C that lands in
+# importlib's own code (a module lock's weakref callback): a frame of that file.
+landing = compile("handler(signal.SIGINT, sys._getframe())",
+                  "<frozen importlib._bootstrap>", "exec")
+exec(landing, {"handler": application._on_interrupt, "signal": signal, "sys": sys})
+print("returned", flush=True)
+try:
+    time.sleep(30)
+except KeyboardInterrupt:
+    print("interrupted later", flush=True)
+"""
+
+
+def test_ctrl_c_in_the_import_machinery_is_delivered_again_out_of_it() -> None:
+    """Found by a clean-clone make test: a Ctrl-C 0.09 s into ``fold`` landed in a
+    module lock's weakref callback while the command imported, and the interrupt raised
+    there was printed as "Exception ignored" with a traceback. The handler now returns
+    there and the same signal comes again a moment later, outside the import."""
+    proc = subprocess.run([sys.executable, "-c", _IN_THE_IMPORT_MACHINERY],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert (proc.returncode, proc.stdout, proc.stderr) == \
+        (0, "returned\ninterrupted later\n", "")
+
+
 _AFTER_THE_COMMAND = """
 import os, signal, sys, time
 from surfacelog.cli.application import main
