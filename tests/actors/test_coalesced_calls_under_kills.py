@@ -8,11 +8,11 @@ logged a seed marker at that seq: the batch is not stored, and the caller resend
 the new end); a batch sent without it either failed with an unknown outcome (the
 caller is told, and finds it stored once or not at all) or was acknowledged.
 
-Every other round holds the file's write lock (another SQLite connection's ``BEGIN
+Rounds 0 and 2 hold the file's write lock (another SQLite connection's ``BEGIN
 IMMEDIATE``) from before the round's requests are sent until their call has failed: it
-cannot commit, so the kill lands while it is in flight, however fast the machine. Unlocked, a
-quiet machine committed and answered the whole call before ``ray.kill`` took effect in
-six of seven runs of this test alone (4 December 2026). The rounds in between run
+cannot commit, so the kill lands while it is in flight, however fast the machine.
+Unlocked, a quiet machine committed and answered the whole call before ``ray.kill`` took
+effect in six of seven runs of this test alone (4 December 2026). Round 1 runs
 unhindered: there the kill may also land after a commit, before its answer."""
 
 from __future__ import annotations
@@ -63,11 +63,10 @@ async def test_killing_the_actor_mid_call_keeps_each_requests_outcome(tmp_path: 
     acked: dict[str, list[Any]] = {sid: [] for sid in ids}
     unknown: dict[str, list[int]] = {sid: [] for sid in ids}
     refused: dict[str, list[int]] = {sid: [] for sid in ids}
-    hits = 0
     try:
         for sid in ids:  # created and activated before the kills
             await handles[sid].append("session/title", {"title": sid}, expected_seq=0)
-        for round_no in range(6):
+        for round_no in range(3):
             lengths = {sid: (await handles[sid].surface()).length for sid in ids}
             before = client.call_stats().coalesced_calls
             resent_before = client.resent
@@ -112,13 +111,9 @@ async def test_killing_the_actor_mid_call_keeps_each_requests_outcome(tmp_path: 
                     assert [e.type for e in result] == ["turn/start", "turn/end"]
                     assert result[0].seq == lengths[sid] or k % 2 == 1
                     acked[sid].extend(result)
-            hit = failed > 0 or client.resent > resent_before
             # A locked round's call cannot have committed before the kill.
-            assert hit or lock is None, f"round {round_no}: the kill landed after the call"
-            hits += hit
-            if hits >= 2 and round_no >= 2:
-                break
-        assert hits >= 2, "no kill landed while a coalesced call was in flight"
+            assert failed > 0 or client.resent > resent_before or lock is None, \
+                f"round {round_no}: the kill landed after the call"
     finally:
         client.shutdown()
 

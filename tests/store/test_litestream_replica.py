@@ -13,7 +13,9 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import psutil
@@ -22,6 +24,7 @@ import pytest
 from surfacelog.actors import replication
 from surfacelog.actors.replication import (
     LitestreamSupervisor,
+    ReplicaStatus,
     litestream_processes,
     open_replicated,
     replicated_options,
@@ -415,6 +418,19 @@ def test_a_replica_needs_a_sqlite_file(tmp_path: Path) -> None:
 # -- through the actors (the suite's local Ray) ------------------------------------------------
 
 
+async def _replica_status_when(writer: Any, condition: Callable[[ReplicaStatus], bool]
+                               ) -> ReplicaStatus:
+    """The writer actor's replica status once ``condition`` holds (within ``WAIT_S``)."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        status = await writer.replica_status.remote()
+        assert status is not None, "the writer runs no replica supervisor"
+        if condition(status):
+            return status  # type: ignore[no-any-return]
+        assert time.monotonic() < deadline, f"not within {WAIT_S} s: {status}"
+        await asyncio.sleep(0.05)
+
+
 @pytest.mark.usefixtures("ray_local")
 @pytest.mark.parametrize("writer", ["journal", "owner"])
 async def test_a_shard_writer_replicates_and_supervises(tmp_path: Path, writer: str) -> None:
@@ -444,20 +460,11 @@ async def test_a_shard_writer_replicates_and_supervises(tmp_path: Path, writer: 
         # The supervisor spawns Litestream from a thread of its own: on a loaded machine
         # the appends above can be acknowledged before its first start (pid None,
         # restarts 0, seen once in a full run with -n 3).
-        deadline = time.monotonic() + WAIT_S
-        while (status := await owner.replica_status.remote()) is not None \
-                and status.pid is None and status.restarts == 0:
-            assert time.monotonic() < deadline, status
-            await asyncio.sleep(0.05)
-        assert status is not None and status.pid is not None and status.restarts == 0
+        status = await _replica_status_when(
+            owner, lambda s: s.pid is not None or s.restarts > 0)
+        assert status.pid is not None and status.restarts == 0, status
         os.kill(status.pid, signal.SIGKILL)
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            status = await owner.replica_status.remote()
-            if status.restarts == 1 and status.pid is not None:
-                break
-            assert time.monotonic() < deadline, status
-            await asyncio.sleep(0.05)
+        await _replica_status_when(owner, lambda s: s.restarts == 1 and s.pid is not None)
         more = await client.session("r0").append("turn/start", {"turn": 4})
         acked["r0"].append((more.type, more.data))
     finally:
