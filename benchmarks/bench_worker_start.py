@@ -3,9 +3,9 @@
 Each actor the test suite starts is a worker process of its own, started for it and
 ended with it. This starts a local Ray as the suite's fixture does (``init_ray``, two
 CPUs, no dashboard), then ``--workers`` actors one after another, each a class with one
-method: the CPU its process has used once it answered its first call. The baseline,
-measured in the same run: a fresh interpreter that only runs ``import ray`` (the CPU of
-the child, from its rusage), ``--workers`` times.
+method: the CPU its process has used once it answered its first call. The baseline, each
+measured just before a worker's, beside the same Ray: a fresh interpreter that only runs
+``import ray`` (the CPU of the child, from its rusage).
 
     .venv/bin/python benchmarks/bench_worker_start.py [--workers N]
 """
@@ -31,9 +31,10 @@ def import_ray_cpu_s() -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def worker_start_cpu_s(count: int) -> list[float]:
-    """For ``count`` actors started one after another on a local Ray of this process's
-    own: the CPU seconds each one's process had used when its first call returned."""
+def measure(count: int) -> tuple[list[float], list[float]]:
+    """On a local Ray of this process's own, ``count`` times one after another: the CPU
+    seconds of a fresh ``import ray``, then those of a new actor's process once its first
+    call returned. Returns (imports, workers)."""
     import ray
 
     from surfacelog.actors.client import init_ray
@@ -46,13 +47,14 @@ def worker_start_cpu_s(count: int) -> list[float]:
             def pid(self) -> int:
                 return os.getpid()
 
-        spent = []
+        imports, workers = [], []
         for _ in range(count):
+            imports.append(import_ray_cpu_s())
             probe: Any = Probe.remote()  # type: ignore[attr-defined]
             times = psutil.Process(ray.get(probe.pid.remote())).cpu_times()
-            spent.append(times.user + times.system)
+            workers.append(times.user + times.system)
             ray.kill(probe)
-        return spent
+        return imports, workers
     finally:
         ray.shutdown()
 
@@ -61,8 +63,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=8, help="actors started (and imports)")
     args = parser.parse_args(argv)
-    baseline = [import_ray_cpu_s() for _ in range(args.workers)]
-    workers = worker_start_cpu_s(args.workers)
+    baseline, workers = measure(args.workers)
     result = {
         "workers": args.workers,
         "worker_cpu_s": {"median": round(statistics.median(workers), 3),
