@@ -3,7 +3,9 @@
 Loaded in each process that runs tests (``-p ray_starts_by_test``, ``benchmarks/`` on
 ``PYTHONPATH``; under xdist each worker loads it too). A thread of that process lists
 its descendants every ``INTERVAL_S`` and charges each Ray worker and raylet it sees for
-the first time to the test running then. A process that starts and ends between two
+the first time to the test running then (a process first seen before it ran its own
+program keeps that test when its kind becomes known). A process that starts and ends
+between two
 lists is not seen, so the counts are a lower bound. What a session-scoped fixture starts
 (the suite's local Ray and its first workers) goes to the first test that asked for it.
 
@@ -46,7 +48,8 @@ class StartCounter:
         self.root = root
         self.test = BETWEEN
         self.counts: Counter[tuple[str, str]] = Counter()
-        self._known: set[tuple[int, float]] = set()
+        self._known: dict[tuple[int, float], tuple[str, str]] = {}
+        """Each process seen: the test it was first seen in, and its kind now."""
         self._stop = threading.Event()
         # The thread's lists and the hooks' (at each test's start and end) never overlap:
         # a process seen by both at once would be counted twice.
@@ -68,16 +71,23 @@ class StartCounter:
             try:
                 with proc.oneshot():
                     key = (proc.pid, proc.create_time())
-                    if key in self._known:
-                        continue
                     kind = kind_of(proc.name(), proc.cmdline())
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
-            # Every process is looked at once, counted or not: its command line is not
-            # read again on the next list.
-            self._known.add(key)
-            if kind in COUNTED:
-                self.counts[(self.test, kind)] += 1
+            self.charge(key, kind)
+
+    def charge(self, key: tuple[int, float], kind: str) -> None:
+        """Count process ``key`` (pid, start time), now of ``kind``, against the test
+        it was first seen in. A process seen between fork and exec shows its parent's
+        command line (or none): when its kind changes, its count moves with it."""
+        test, was = self._known.get(key, (self.test, ""))
+        if was == kind:
+            return
+        if was in COUNTED:
+            self.counts[(test, was)] -= 1
+        if kind in COUNTED:
+            self.counts[(test, kind)] += 1
+        self._known[key] = (test, kind)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, daemon=True,
@@ -95,7 +105,7 @@ class StartCounter:
         self.look()
 
     def rows(self) -> list[list[Any]]:
-        return [[test, kind, n] for (test, kind), n in sorted(self.counts.items())]
+        return [[test, kind, n] for (test, kind), n in sorted(self.counts.items()) if n]
 
 
 _counter: StartCounter | None = None

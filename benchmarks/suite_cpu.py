@@ -4,8 +4,8 @@ On two cores under ``make test``'s three workers the suite keeps both cores busy
 wall time is its CPU time over two: this says which processes spend it. It runs pytest
 as a child (the arguments after ``--``; ``make test``'s worker count by default) and
 samples that child's process tree every ``--interval`` seconds: each process is put in
-a kind when first seen (a Ray worker keeps the kind it started as, whatever actor it
-later hosts) and charged the CPU it spent since the previous sample.
+a kind by its name and command line (a Ray worker stays a worker whatever actor it
+hosts) and charged the CPU it spent since the previous sample.
 
 Figures are shares of the sampled total, measured in the same run. What a process spends
 after its last sample and before it ends is not seen: the run's rusage (every child
@@ -109,16 +109,25 @@ class Tally:
                 with proc.oneshot():
                     key = (proc.pid, proc.create_time())
                     times = proc.cpu_times()
-                    spent = times.user + times.system
-                    if key not in self.seen:
-                        kind = kind_of(proc.name(), proc.cmdline())
-                        self.starts[kind] += 1
-                        self.seen[key] = (kind, 0.0)
+                    kind = kind_of(proc.name(), proc.cmdline())
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
-            kind, before = self.seen[key]
-            self.cpu[kind] += spent - before
-            self.seen[key] = (kind, spent)
+            self.charge(key, kind, times.user + times.system)
+
+    def charge(self, key: tuple[int, float], kind: str, spent: float) -> None:
+        """Charge process ``key`` (pid, start time), now of ``kind``, up to ``spent``
+        CPU seconds in all. A process whose kind changed since it was last seen had not
+        yet run its own program then (between fork and exec its command line is its
+        parent's, or empty): its start and CPU move to the kind it has now."""
+        was, before = self.seen.get(key, (None, 0.0))
+        if was != kind:
+            if was is not None:
+                self.starts[was] -= 1
+                self.cpu[was] -= before
+                self.cpu[kind] += before
+            self.starts[kind] += 1
+        self.cpu[kind] += spent - before
+        self.seen[key] = (kind, spent)
 
 
 def merge_starts(folder: Path) -> list[dict[str, Any]]:
@@ -168,9 +177,10 @@ def _run(pytest_args: list[str], interval: float, extra_env: dict[str, str]
     waited = (after.children_user + after.children_system
               - before.children_user - before.children_system)
     total = sum(tally.cpu.values())
+    # A kind only ever seen in a process before it ran its own program has nothing left.
     kinds = [{"kind": kind, "starts": tally.starts[kind], "cpu_s": round(cpu, 1),
               "share": round(cpu / total, 3) if total else 0.0}
-             for kind, cpu in tally.cpu.most_common()]
+             for kind, cpu in tally.cpu.most_common() if tally.starts[kind] > 0]
     return {"exit_code": child.returncode, "wall_s": round(wall, 1),
             "sampled_cpu_s": round(total, 1),
             "cores_busy": round(total / wall, 2) if wall else 0.0,

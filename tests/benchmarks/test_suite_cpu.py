@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import psutil
 import pytest
 
 from support.benchmodules import load_bench
@@ -71,6 +72,34 @@ def test_a_tiny_run_charges_the_child_it_starts(tmp_path: Path,
         bench.main(["--by-test", "-1", "--", str(suite)])
     assert "--by-test -1: a number of tests" in capsys.readouterr().err
 
+
+
+def test_a_process_first_seen_before_its_exec_is_charged_to_what_it_became() -> None:
+    tally = load_bench("suite_cpu").Tally()
+    # Seen mid-exec (no command line yet), then as the pytest it became.
+    tally.charge((41, 1.0), "other child", 0.02)
+    tally.charge((41, 1.0), "pytest (tests in process)", 0.5)
+    tally.charge((41, 1.0), "pytest (tests in process)", 0.75)
+    tally.charge((42, 1.0), "other child", 0.3)
+    assert tally.starts["pytest (tests in process)"] == 1
+    assert tally.starts["other child"] == 1
+    assert tally.cpu["pytest (tests in process)"] == pytest.approx(0.75)
+    assert tally.cpu["other child"] == pytest.approx(0.3)
+
+
+def test_the_plugin_moves_a_count_when_a_forked_process_execs() -> None:
+    counter = load_bench("ray_starts_by_test").StartCounter(psutil.Process())
+    counter.test = "t.py::test_a"
+    # A raylet between fork and exec shows the test process's command line.
+    counter.charge((51, 1.0), "pytest (tests in process)")
+    counter.test = "t.py::test_b"
+    counter.charge((51, 1.0), "Ray raylet")
+    counter.charge((51, 1.0), "Ray raylet")
+    # A worker the raylet forked, seen first as its parent.
+    counter.charge((52, 1.0), "Ray raylet")
+    counter.charge((52, 1.0), "Ray worker")
+    assert counter.rows() == [["t.py::test_a", "Ray raylet", 1],
+                              ["t.py::test_b", "Ray worker", 1]]
 
 TINY_SUITE = '''
 import subprocess, sys
