@@ -71,17 +71,20 @@ class StartCounter:
             try:
                 with proc.oneshot():
                     key = (proc.pid, proc.create_time())
-                    kind = kind_of(proc.name(), proc.cmdline())
+                    cmdline = proc.cmdline()
+                    kind = kind_of(proc.name(), cmdline)
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
-            self.charge(key, kind)
+            self.charge(key, kind, settled=bool(cmdline))
 
-    def charge(self, key: tuple[int, float], kind: str) -> None:
+    def charge(self, key: tuple[int, float], kind: str, *, settled: bool = True) -> None:
         """Count process ``key`` (pid, start time), now of ``kind``, against the test
         it was first seen in. A process seen between fork and exec shows its parent's
-        command line (or none): when its kind changes, its count moves with it."""
+        command line: when its kind changes, its count moves with it. A kind read from
+        an empty command line (``settled`` false: mid-exec, or exiting with its memory
+        released) counts only for a process not seen before."""
         test, was = self._known.get(key, (self.test, ""))
-        if was == kind:
+        if was == kind or (was and not settled):
             return
         if was in COUNTED:
             self.counts[(test, was)] -= 1

@@ -109,17 +109,24 @@ class Tally:
                 with proc.oneshot():
                     key = (proc.pid, proc.create_time())
                     times = proc.cpu_times()
-                    kind = kind_of(proc.name(), proc.cmdline())
+                    cmdline = proc.cmdline()
+                    kind = kind_of(proc.name(), cmdline)
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
-            self.charge(key, kind, times.user + times.system)
+            self.charge(key, kind, times.user + times.system, settled=bool(cmdline))
 
-    def charge(self, key: tuple[int, float], kind: str, spent: float) -> None:
+    def charge(self, key: tuple[int, float], kind: str, spent: float, *,
+               settled: bool = True) -> None:
         """Charge process ``key`` (pid, start time), now of ``kind``, up to ``spent``
         CPU seconds in all. A process whose kind changed since it was last seen had not
         yet run its own program then (between fork and exec its command line is its
-        parent's, or empty): its start and CPU move to the kind it has now."""
+        parent's): its start and CPU move to the kind it has now. ``settled`` is
+        ``False`` when the kind was read from an empty command line (a process in the
+        middle of exec, or exiting with its memory released): it is taken only for a
+        process not seen before."""
         was, before = self.seen.get(key, (None, 0.0))
+        if was is not None and not settled:
+            kind = was
         if was != kind:
             if was is not None:
                 self.starts[was] -= 1

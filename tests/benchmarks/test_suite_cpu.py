@@ -73,13 +73,14 @@ def test_a_tiny_run_charges_the_child_it_starts(tmp_path: Path,
     assert "--by-test -1: a number of tests" in capsys.readouterr().err
 
 
-
 def test_a_process_first_seen_before_its_exec_is_charged_to_what_it_became() -> None:
     tally = load_bench("suite_cpu").Tally()
     # Seen mid-exec (no command line yet), then as the pytest it became.
-    tally.charge((41, 1.0), "other child", 0.02)
+    tally.charge((41, 1.0), "other child", 0.02, settled=False)
     tally.charge((41, 1.0), "pytest (tests in process)", 0.5)
     tally.charge((41, 1.0), "pytest (tests in process)", 0.75)
+    # Exiting (its memory already released): the command line reads empty; still pytest.
+    tally.charge((41, 1.0), "other child", 0.75, settled=False)
     tally.charge((42, 1.0), "other child", 0.3)
     assert tally.starts["pytest (tests in process)"] == 1
     assert tally.starts["other child"] == 1
@@ -98,6 +99,7 @@ def test_the_plugin_moves_a_count_when_a_forked_process_execs() -> None:
     # A worker the raylet forked, seen first as its parent.
     counter.charge((52, 1.0), "Ray raylet")
     counter.charge((52, 1.0), "Ray worker")
+    counter.charge((52, 1.0), "other child", settled=False)  # exiting: no command line
     assert counter.rows() == [["t.py::test_a", "Ray raylet", 1],
                               ["t.py::test_b", "Ray worker", 1]]
 
