@@ -154,6 +154,11 @@ class Driver:
     chunks: int = 0
     syncs: int = 0
     open_turn_found: int = 0
+    hold: bool = False
+    """Set by the scenario (another thread): park after the turn's ``user/message``,
+    its turn open, until cleared."""
+    parked: bool = False
+    """The driver is parked (see ``hold``)."""
 
     def spec(self) -> tuple[str, Any, Any]:
         t, step = self.turn, 1
@@ -247,6 +252,12 @@ async def drive(d: Driver, client: Client, stop: asyncio.Event, pace_s: float) -
     handle = client.session(d.sid)
     resync = False
     while not stop.is_set():
+        if d.hold and d.stage == 2 and not resync:
+            # Nothing in flight and the turn open: the node is removed under it.
+            d.parked = True
+            while d.hold and not stop.is_set():
+                await asyncio.sleep(0.005)
+            d.parked = False
         started = time.monotonic()
         try:
             if resync:
@@ -531,11 +542,24 @@ class Scenario:
     def outage(self, out: Outage) -> None:
         self.outages.append(out)
         mine = [d for d in self.drivers if d.shard == out.shard]
+        # One session of the shard is parked inside a turn, so that the loss leaves an
+        # open turn for the repair to close whatever the timing. Without it, the outage
+        # (which starts once the slowest session has driven whole turns) came when
+        # every session of a slow shard, driven in step, had just closed a turn.
+        held = mine[0]
+        held.hold = True
+        self.phase = f"parking {held.sid} inside a turn"
+        if not self.wait_until(lambda: held.parked, time.monotonic() + PHASE_DEADLINE_S,
+                               0.005):
+            self.notes.append(f"{held.sid} did not reach an open turn to be parked in")
         self.phase = f"removing {out.shard}"
         log(f"removing the node of {out.shard} ({'graceful' if out.graceful else 'abrupt'})")
         out.removed_at = time.monotonic()
         node = self.nodes.pop(out.shard)
-        self.cluster.remove_node(node, allow_graceful=out.graceful)
+        try:
+            self.cluster.remove_node(node, allow_graceful=out.graceful)
+        finally:
+            held.hold = False
         out.removed_s = round(time.monotonic() - out.removed_at, 3)
         log(f"removed in {out.removed_s} s")
 
