@@ -30,9 +30,10 @@ counts as ``acked_while_down``), with a 12 s window. ``--abrupt``, ``--retry-for
 the short run's report).
 
 No phase lasts a fixed time: the load runs until every session completed a turn under
-the short retry window (``Plan.warmup_turns``), a node is down until every session of
-its shard was refused, back until every one served again, and the run ends once every
-session completed a turn after that (``Plan.settle_turns``).
+the short retry window (``Plan.warmup_turns``), one session of the shard to be lost is
+parked inside a turn (so the loss always leaves a turn to repair), a node is down until
+every session of its shard was refused, back until every one served again, and the run
+ends once every session completed a turn after that (``Plan.settle_turns``).
 
 Besides the checks the report gives, per outage, the time from the removal to the lost
 shard's first and last session serving again (``recovery_*_s``), how long after the
