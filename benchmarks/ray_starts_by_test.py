@@ -5,9 +5,9 @@ Loaded in each process that runs tests (``-p ray_starts_by_test``, ``benchmarks/
 its descendants every ``INTERVAL_S`` and charges each Ray worker and raylet it sees for
 the first time to the test running then (a process first seen before it ran its own
 program keeps that test when its kind becomes known). A process that starts and ends
-between two
-lists is not seen, so the counts are a lower bound. What a session-scoped fixture starts
-(the suite's local Ray and its first workers) goes to the first test that asked for it.
+between two lists is not seen, so the counts are a lower bound. What a session-scoped
+fixture starts (the suite's local Ray and its first workers) goes to the first test
+that asked for it.
 
 At the end each process writes its counts to ``$SUITE_STARTS_DIR/starts-<pid>.json``
 (``suite_cpu.merge_starts`` sums them):
