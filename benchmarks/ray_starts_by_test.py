@@ -30,7 +30,7 @@ import psutil
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from suite_cpu import COUNTED, STARTS_DIR_ENV, kind_of
+from suite_cpu import COUNTED, STARTS_DIR_ENV, kind_now
 
 INTERVAL_S = 0.25
 """Between two lists of a process's descendants. Each list reads every process of the
@@ -71,20 +71,18 @@ class StartCounter:
             try:
                 with proc.oneshot():
                     key = (proc.pid, proc.create_time())
-                    cmdline = proc.cmdline()
-                    kind = kind_of(proc.name(), cmdline)
+                    name, cmdline = proc.name(), proc.cmdline()
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
-            self.charge(key, kind, settled=bool(cmdline))
+            self.observe(key, name, cmdline)
 
-    def charge(self, key: tuple[int, float], kind: str, *, settled: bool = True) -> None:
-        """Count process ``key`` (pid, start time), now of ``kind``, against the test
-        it was first seen in. A process seen between fork and exec shows its parent's
-        command line: when its kind changes, its count moves with it. A kind read from
-        an empty command line (``settled`` false: mid-exec, or exiting with its memory
-        released) counts only for a process not seen before."""
-        test, was = self._known.get(key, (self.test, ""))
-        if was == kind or (was and not settled):
+    def observe(self, key: tuple[int, float], name: str, cmdline: list[str]) -> None:
+        """Process ``key`` (pid, start time) seen as ``name`` and ``cmdline``: counted,
+        if its kind is, against the test it was first seen in. When its kind changed
+        (see ``suite_cpu.kind_now``), its count moves with it."""
+        test, was = self._known.get(key, (self.test, None))
+        kind = kind_now(name, cmdline, was)
+        if was == kind:
             return
         if was in COUNTED:
             self.counts[(test, was)] -= 1

@@ -89,6 +89,17 @@ def kind_of(name: str, cmdline: list[str]) -> str:
     return "other child"
 
 
+def kind_now(name: str, cmdline: list[str], was: str | None) -> str:
+    """A process's kind as it reads now (``kind_of``), or ``was``, the kind it was given
+    before, when its command line reads empty: a process in the middle of exec, or
+    exiting with its memory released, says nothing of what it runs. Read again at every
+    look, because a process first seen between fork and exec shows its parent's command
+    line until it runs its own program."""
+    if not cmdline and was is not None:
+        return was
+    return kind_of(name, cmdline)
+
+
 @dataclass
 class Tally:
     """CPU seconds and process starts by kind."""
@@ -109,30 +120,25 @@ class Tally:
                 with proc.oneshot():
                     key = (proc.pid, proc.create_time())
                     times = proc.cpu_times()
-                    cmdline = proc.cmdline()
-                    kind = kind_of(proc.name(), cmdline)
+                    name, cmdline = proc.name(), proc.cmdline()
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
-            self.charge(key, kind, times.user + times.system, settled=bool(cmdline))
+            self.observe(key, name, cmdline, times.user + times.system)
 
-    def charge(self, key: tuple[int, float], kind: str, spent: float, *,
-               settled: bool = True) -> None:
-        """Charge process ``key`` (pid, start time), now of ``kind``, up to ``spent``
-        CPU seconds in all. A process whose kind changed since it was last seen had not
-        yet run its own program then (between fork and exec its command line is its
-        parent's): its start and CPU move to the kind it has now. ``settled`` is
-        ``False`` when the kind was read from an empty command line (a process in the
-        middle of exec, or exiting with its memory released): it is taken only for a
-        process not seen before."""
+    def observe(self, key: tuple[int, float], name: str, cmdline: list[str],
+                spent: float) -> None:
+        """Process ``key`` (pid, start time) seen as ``name`` and ``cmdline`` having
+        spent ``spent`` CPU seconds in all: charged what it spent since it was last
+        seen. When its kind changed (see ``kind_now``), its start and all its CPU move
+        to the kind it has now."""
         was, before = self.seen.get(key, (None, 0.0))
-        if was is not None and not settled:
-            kind = was
+        kind = kind_now(name, cmdline, was)
         if was != kind:
             if was is not None:
                 self.starts[was] -= 1
                 self.cpu[was] -= before
-                self.cpu[kind] += before
             self.starts[kind] += 1
+            before = 0.0
         self.cpu[kind] += spent - before
         self.seen[key] = (kind, spent)
 

@@ -75,13 +75,12 @@ def test_a_tiny_run_charges_the_child_it_starts(tmp_path: Path,
 
 def test_a_process_first_seen_before_its_exec_is_charged_to_what_it_became() -> None:
     tally = load_bench("suite_cpu").Tally()
-    # Seen mid-exec (no command line yet), then as the pytest it became.
-    tally.charge((41, 1.0), "other child", 0.02, settled=False)
-    tally.charge((41, 1.0), "pytest (tests in process)", 0.5)
-    tally.charge((41, 1.0), "pytest (tests in process)", 0.75)
-    # Exiting (its memory already released): the command line reads empty; still pytest.
-    tally.charge((41, 1.0), "other child", 0.75, settled=False)
-    tally.charge((42, 1.0), "other child", 0.3)
+    pytest_line = ["python", "-m", "pytest", "-q"]
+    # Seen mid-exec (no command line yet), then as the pytest it became, then exiting
+    # (its memory released: no command line again).
+    for cmdline, spent in (([], 0.02), (pytest_line, 0.5), ([], 0.75)):
+        tally.observe((41, 1.0), "python", cmdline, spent)
+    tally.observe((42, 1.0), "python", ["python", "-c", "pass"], 0.3)
     assert tally.starts["pytest (tests in process)"] == 1
     assert tally.starts["other child"] == 1
     assert tally.cpu["pytest (tests in process)"] == pytest.approx(0.75)
@@ -90,18 +89,21 @@ def test_a_process_first_seen_before_its_exec_is_charged_to_what_it_became() -> 
 
 def test_the_plugin_moves_a_count_when_a_forked_process_execs() -> None:
     counter = load_bench("ray_starts_by_test").StartCounter(psutil.Process())
+    raylet = ["/x/raylet", "--node_id=1"]
     counter.test = "t.py::test_a"
     # A raylet between fork and exec shows the test process's command line.
-    counter.charge((51, 1.0), "pytest (tests in process)")
+    counter.observe((51, 1.0), "python", ["python", "-c",
+                                          "import sys;exec(eval(sys.stdin.readline()))"])
     counter.test = "t.py::test_b"
-    counter.charge((51, 1.0), "Ray raylet")
-    counter.charge((51, 1.0), "Ray raylet")
-    # A worker the raylet forked, seen first as its parent.
-    counter.charge((52, 1.0), "Ray raylet")
-    counter.charge((52, 1.0), "Ray worker")
-    counter.charge((52, 1.0), "other child", settled=False)  # exiting: no command line
+    counter.observe((51, 1.0), "raylet", raylet)
+    counter.observe((51, 1.0), "raylet", raylet)
+    # A worker the raylet forked, seen first as its parent, then exiting (no command line).
+    worker = ["python", f"{PYTHON_RAY}/_private/workers/default_worker.py"]
+    for name, cmdline in (("raylet", raylet), ("python", worker), ("python", [])):
+        counter.observe((52, 1.0), name, cmdline)
     assert counter.rows() == [["t.py::test_a", "Ray raylet", 1],
                               ["t.py::test_b", "Ray worker", 1]]
+
 
 TINY_SUITE = '''
 import subprocess, sys
