@@ -4,6 +4,9 @@ Every route needs a bearer token (``auth``), checks the session id it names (``i
 and the token's prefixes before anything else, and answers errors as problem documents
 (``problems``). Bodies are read and written with msgspec (``wire``); the OpenAPI
 document is generated from the routes and the bodies' schemas (``openapi_document``).
+The routes whose one dependency is the session id (appends, context, surface, header,
+compact, prune: nearly every request of an agent) are served by ``direct.DirectRoutes``,
+that dependency resolved by hand and FastAPI's per-request machinery skipped.
 
 Sessions are never created by a read or an append: a session the gateway has not seen
 stored is looked up first (``Client.locate``) and is a 404 when missing; ids found are
@@ -31,6 +34,7 @@ from surfacelog.actors.client import Client, SessionHandle
 from surfacelog.gateway import wire
 from surfacelog.gateway.auth import AuthConfig, Grant
 from surfacelog.gateway.budget import BODY_BUDGET_BYTES, BodyBudget
+from surfacelog.gateway.direct import DirectRoutes
 from surfacelog.gateway.errors import BadRequest, BodyTooLarge, Forbidden, OutcomeUnknown
 from surfacelog.gateway.ids import ID_PATTERN, MAX_ID_LENGTH, check_id, new_id, valid_id
 from surfacelog.gateway.problems import (
@@ -104,11 +108,24 @@ def _problem_response(reply: ProblemReply) -> Response:
                     headers=reply.headers, media_type=PROBLEM_MEDIA_TYPE)
 
 
+def answer(request: Request, exc: SurfacelogError | RayActorError) -> Response:
+    """The problem response to a typed error (a 5xx is logged: method, path, type)."""
+    reply = problem_for(exc)
+    if reply.status >= 500:
+        log.warning("%s %s: %d %s (%s)", request.method, request.url.path,
+                    reply.status, reply.body["type"], type(exc).__name__)
+    return _problem_response(reply)
+
+
+def grant_for(auth: AuthConfig, request: Request) -> Grant:
+    """The grant of ``request``'s bearer token; raises ``Unauthorized``."""
+    return auth.authorize(request.headers.get("authorization"))
+
+
 async def grant_of(request: Request, credentials: Annotated[
         HTTPAuthorizationCredentials | None, Security(_bearer)]) -> Grant:
     """The request's grant (its bearer token's); raises ``Unauthorized``."""
-    auth: AuthConfig = request.app.state.auth
-    return auth.authorize(request.headers.get("authorization"))
+    return grant_for(request.app.state.auth, request)
 
 
 Granted = Annotated[Grant, Depends(grant_of)]
@@ -191,9 +208,12 @@ class Sessions:
 
 
 def build_app(client: Client, auth: AuthConfig, *,
-              body_budget: int = BODY_BUDGET_BYTES) -> FastAPI:
+              body_budget: int = BODY_BUDGET_BYTES, direct: bool = True) -> FastAPI:
     """The gateway's FastAPI app over ``client``, guarded by ``auth``, holding at most
-    ``body_budget`` bytes of request bodies at once (``budget.BodyBudget``)."""
+    ``body_budget`` bytes of request bodies at once (``budget.BodyBudget``). ``direct``:
+    the routes whose one dependency is ``SessionId`` are served by
+    ``direct.DirectRoutes``; without it, by FastAPI as every other route (what the tests
+    check the direct path against)."""
     app = FastAPI(title=TITLE, version=API_VERSION, openapi_url=None, docs_url=None,
                   redoc_url=None,
                   description="Event-sourced agent sessions over HTTP: append events, "
@@ -201,17 +221,9 @@ def build_app(client: Client, auth: AuthConfig, *,
                               "export and follow. JSON is DeepSeek Harness's (camelCase).")
     sessions = Sessions(client)
     app.state.auth = auth
-    app.add_middleware(BodyBudget, budget=body_budget)
     document: list[dict[str, Any]] = []  # the OpenAPI document, made on first request
 
     # -- errors --------------------------------------------------------------------------
-
-    def answer(request: Request, exc: SurfacelogError | RayActorError) -> Response:
-        reply = problem_for(exc)
-        if reply.status >= 500:
-            log.warning("%s %s: %d %s (%s)", request.method, request.url.path,
-                        reply.status, reply.body["type"], type(exc).__name__)
-        return _problem_response(reply)
 
     @app.exception_handler(SurfacelogError)
     async def on_error(request: Request, exc: SurfacelogError) -> Response:
@@ -443,6 +455,24 @@ def build_app(client: Client, auth: AuthConfig, *,
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
 
+    if direct:
+        # The routes whose only dependency is ``SessionId``: nearly all of what agents,
+        # compactors and pruners request. (``read_events`` and ``messages`` validate
+        # query parameters, ``fork`` needs the grant: FastAPI serves them.)
+        served_directly = (append, append_batch, context, surface, header, compact, prune)
+
+        def arguments(request: Request) -> dict[str, Any]:
+            # What ``SessionId`` resolves to, in the order FastAPI resolves it.
+            return {"session_id": allowed(grant_for(auth, request),
+                                          request.path_params["session_id"]),
+                    "request": request}
+
+        app.add_middleware(DirectRoutes, routes=[
+            r for r in app.routes if getattr(r, "endpoint", None) in served_directly
+        ], arguments=arguments, parameters=frozenset({"session_id", "request"}),
+            answer=answer)
+    # Added last, so outside the direct routes too.
+    app.add_middleware(BodyBudget, budget=body_budget)
     return app
 
 
