@@ -20,7 +20,8 @@ its own, ``SURFACELOG_COALESCE=0``, the behaviour before coalescing):
    closed loop's at as many sessions and turns;
 5. one session's durable chunk appends, one at a time, beside the no-op call;
 6. ``--via http``, 50 sessions, batch mode: the same agents through the HTTP gateway,
-   beside row 3 (the same run through Ray).
+   beside row 3 (the same run through Ray), and beside the same through a gateway that
+   serves every route with FastAPI (``SURFACELOG_GATEWAY_DIRECT=0``).
 
 The floors run with the actors' collector setting (``tune_gc``). Each ``surfacelog
 run`` is a child process with its own embedded Ray (as a user runs it);
@@ -59,6 +60,7 @@ from surfacelog.actors.config import HostingConfig, tune_gc
 from surfacelog.actors.driver import DriverProgress, LocalHandle, SessionDriver
 from surfacelog.actors.script import AgentScript, AppendMode, ScriptConfig
 from surfacelog.actors.session_actor import OwnerActor
+from surfacelog.gateway.ingress import DIRECT_ENV
 from surfacelog.runtime.live import LiveSession
 from surfacelog.store.shardmap import Shard, ShardMap
 from surfacelog.store.sqlite import SqliteEventStore
@@ -215,11 +217,13 @@ def noop_call(n: int) -> tuple[float, float]:
 
 
 def hosted_run(folder: str, name: str, args: Sequence[str], coalesce: bool,
-               timeout_s: float = 1800) -> dict[str, Any]:
+               timeout_s: float = 1800, direct: bool = True) -> dict[str, Any]:
     """The JSON report of ``surfacelog run --json ARGS`` in a child process (its own
-    embedded Ray), with coalescing on or off."""
-    db = os.path.join(folder, f"{name}-{'c' if coalesce else 'n'}.db")
-    env = {**os.environ, "SURFACELOG_COALESCE": "1" if coalesce else "0"}
+    embedded Ray), with coalescing on or off, and (``--via http``) the gateway's direct
+    routes on or off."""
+    db = os.path.join(folder, f"{name}-{'c' if coalesce else 'n'}{'' if direct else '-f'}.db")
+    env = {**os.environ, "SURFACELOG_COALESCE": "1" if coalesce else "0",
+           DIRECT_ENV: "1" if direct else "0"}
     proc = subprocess.run([sys.executable, "-m", "surfacelog.cli", "run", "--db", db,
                            "--json", *args], capture_output=True, text=True, env=env,
                           timeout=timeout_s, check=False)
@@ -341,6 +345,16 @@ def run_all(folder: str, quick: bool) -> Report:
     report.add(Result("6", f"--via http, batch, {sessions} sessions: p50", lat["p50"], "ms",
                       "via Ray", via_ray["append_latency_ms"]["p50"], "<= 20 ms",
                       lat["p50"] <= 20))
+    # The same through a gateway whose routes are all FastAPI's (no DirectRoutes).
+    fastapi = hosted_run(folder, "http", [*base, "--mode", "batch", "--via", "http"], True,
+                         direct=False)
+    flat = fastapi["append_latency_ms"]
+    report.add(Result("6", f"--via http, batch, {sessions} sessions: events/s, direct routes",
+                      via_http["events_per_s"], "events/s", "FastAPI for every route",
+                      fastapi["events_per_s"],
+                      note=f"p50 {lat['p50']} ms (FastAPI {flat['p50']}); CPU/event "
+                      f"{via_http['cpu_ms_per_event']} ms (FastAPI "
+                      f"{fastapi['cpu_ms_per_event']})"))
     return report
 
 

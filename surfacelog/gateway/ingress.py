@@ -33,6 +33,10 @@ from surfacelog.gateway.errors import GatewayUnreachable
 
 KEEP_ALIVE_S: Final = 30
 """How long an idle client connection is kept open (agents append again and again)."""
+DIRECT_ENV: Final = "SURFACELOG_GATEWAY_DIRECT"
+"""Set to ``0`` to serve every route through FastAPI (``build_app(direct=False)``), to
+measure what ``direct.DirectRoutes`` gives; read by each replica when it starts,
+inherited by the processes of a Ray this process starts."""
 
 
 class ReplicaInfo(msgspec.Struct, frozen=True):
@@ -113,7 +117,8 @@ class GatewayReplica:
     def __init__(self, hosting: HostingConfig, auth: AuthConfig, host: str,
                  port: int) -> None:
         self._client = connect(config=hosting)
-        self._http = AsgiThread(build_app(self._client, auth), host, port)
+        direct = os.environ.get(DIRECT_ENV, "1") != "0"
+        self._http = AsgiThread(build_app(self._client, auth, direct=direct), host, port)
 
     def ready(self, timeout_s: float) -> ReplicaInfo:
         """See ``AsgiThread.ready``."""
