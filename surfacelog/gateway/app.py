@@ -456,9 +456,9 @@ def build_app(client: Client, auth: AuthConfig, *,
                                  headers={"Cache-Control": "no-cache"})
 
     if direct:
-        # The routes whose only dependency is ``SessionId``: nearly all of what agents,
-        # compactors and pruners request. (``read_events`` and ``messages`` validate
-        # query parameters, ``fork`` needs the grant: FastAPI serves them.)
+        # The routes whose only dependency is ``SessionId``: nearly every request of an
+        # agent, or of a compactor or pruner over HTTP. (``read_events`` and ``messages``
+        # validate query parameters, ``fork`` needs the grant: FastAPI serves them.)
         served_directly = (append, append_batch, context, surface, header, compact, prune)
 
         def arguments(request: Request) -> dict[str, Any]:
