@@ -21,7 +21,9 @@ its own, ``SURFACELOG_COALESCE=0``, the behaviour before coalescing):
 5. one session's durable chunk appends, one at a time, beside the no-op call;
 6. ``--via http``, 50 sessions, batch mode: the same agents through the HTTP gateway,
    beside row 3 (the same run through Ray), and beside the same through a gateway that
-   serves every route with FastAPI (``SURFACELOG_GATEWAY_DIRECT=0``).
+   serves every route with FastAPI (``SURFACELOG_GATEWAY_DIRECT=0``): events/s, p50, CPU
+   per event, and the gateway replica's own CPU per event. ``--direct-pairs N`` runs
+   only that comparison, N alternating pairs at 50 sessions x 30 turns.
 
 The floors run with the actors' collector setting (``tune_gc``). Each ``surfacelog
 run`` is a child process with its own embedded Ray (as a user runs it);
@@ -43,6 +45,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -216,22 +220,54 @@ def noop_call(n: int) -> tuple[float, float]:
 # -- hosted runs --------------------------------------------------------------------------------
 
 
+def _titled_cpu(root: psutil.Process, prefix: str, last: dict[int, float]) -> None:
+    """Record in ``last`` (by pid) the CPU seconds so far of each process below ``root``
+    whose title (first argument) starts with ``prefix``."""
+    for proc in root.children(recursive=True):
+        try:
+            if (proc.cmdline() or [""])[0].startswith(prefix):
+                times = proc.cpu_times()
+                last[proc.pid] = times.user + times.system
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+
+
 def hosted_run(folder: str, name: str, args: Sequence[str], coalesce: bool,
-               timeout_s: float = 1800, direct: bool = True) -> dict[str, Any]:
+               timeout_s: float = 1800, direct: bool = True,
+               watch: str | None = None) -> dict[str, Any]:
     """The JSON report of ``surfacelog run --json ARGS`` in a child process (its own
     embedded Ray), with coalescing on or off, and (``--via http``) the gateway's direct
-    routes on or off."""
+    routes on or off. ``watch``: a process title prefix (``ray::GatewayReplica``); the
+    CPU seconds of those processes, sampled every 0.2 s until the run ends (so up to
+    0.2 s short), go in the report as ``watched_cpu_s``."""
     db = os.path.join(folder, f"{name}-{'c' if coalesce else 'n'}{'' if direct else '-f'}.db")
     env = {**os.environ, "SURFACELOG_COALESCE": "1" if coalesce else "0",
            DIRECT_ENV: "1" if direct else "0"}
-    proc = subprocess.run([sys.executable, "-m", "surfacelog.cli", "run", "--db", db,
-                           "--json", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout_s, check=False)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"surfacelog run {' '.join(args)}: exit {proc.returncode}\n"
-                           f"{proc.stderr[-2000:]}")
+    watched: dict[int, float] = {}
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen([sys.executable, "-m", "surfacelog.cli", "run", "--db", db,
+                                  "--json", *args], stdout=out, stderr=err, text=True,
+                                 env=env)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while child.poll() is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"surfacelog run {' '.join(args)}: over {timeout_s} s")
+                if watch is not None:
+                    _titled_cpu(psutil.Process(child.pid), watch, watched)
+                time.sleep(0.2)
+        finally:
+            child.kill()
+            child.wait()
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    if child.returncode != 0 or not lines:
+        raise RuntimeError(f"surfacelog run {' '.join(args)}: exit {child.returncode}\n"
+                           f"{stderr[-2000:]}")
     report: dict[str, Any] = json.loads(lines[-1])
+    report["watched_cpu_s"] = sum(watched.values()) if watch is not None else None
     if report["errors"] or not report["verification"]["passed"]:
         raise RuntimeError(f"surfacelog run {' '.join(args)}: {report['last_error']}")
     return report
@@ -331,7 +367,8 @@ def run_all(folder: str, quick: bool) -> Report:
                       note="the p50 of a one-session chunk run, commit included"))
     print("6. via http", flush=True)
     via_ray = hosted_run(folder, "http-ray", [*base, "--mode", "batch"], True)
-    via_http = hosted_run(folder, "http", [*base, "--mode", "batch", "--via", "http"], True)
+    via_http = hosted_run(folder, "http", [*base, "--mode", "batch", "--via", "http"], True,
+                          watch=REPLICA)
     lat = via_http["append_latency_ms"]
     report.add(Result("6", f"--via http, batch, {sessions} sessions: events/s",
                       via_http["events_per_s"], "events/s", "via Ray",
@@ -347,26 +384,64 @@ def run_all(folder: str, quick: bool) -> Report:
                       lat["p50"] <= 20))
     # The same through a gateway whose routes are all FastAPI's (no DirectRoutes).
     fastapi = hosted_run(folder, "http", [*base, "--mode", "batch", "--via", "http"], True,
-                         direct=False)
-    flat = fastapi["append_latency_ms"]
-    report.add(Result("6", f"--via http, batch, {sessions} sessions: events/s, direct routes",
-                      via_http["events_per_s"], "events/s", "FastAPI for every route",
-                      fastapi["events_per_s"],
-                      note=f"p50 {lat['p50']} ms (FastAPI {flat['p50']}); CPU/event "
-                      f"{via_http['cpu_ms_per_event']} ms (FastAPI "
-                      f"{fastapi['cpu_ms_per_event']})"))
+                         direct=False, watch=REPLICA)
+    _direct_rows(report, "6", f"--via http, batch, {sessions} sessions", via_http, fastapi)
+    return report
+
+
+REPLICA = "ray::GatewayReplica"
+"""The gateway replica's process title (``gateway.ingress.GatewayReplica``)."""
+
+
+def _direct_rows(report: Report, section: str, label: str, direct: dict[str, Any],
+                 fastapi: dict[str, Any]) -> None:
+    """A ``--via http`` run with the direct routes against one with FastAPI for every
+    route (both ``hosted_run(..., watch=REPLICA)``)."""
+    def replica_ms(run: dict[str, Any]) -> float:
+        return float(1000 * run["watched_cpu_s"] / run["events"])
+
+    versus = "FastAPI for every route"
+    report.add(Result(section, f"{label}: replica CPU per event, direct routes",
+                      replica_ms(direct), "ms", versus, replica_ms(fastapi)))
+    report.add(Result(section, f"{label}: events/s, direct routes", direct["events_per_s"],
+                      "events/s", versus, fastapi["events_per_s"]))
+    report.add(Result(section, f"{label}: p50, direct routes",
+                      direct["append_latency_ms"]["p50"], "ms", versus,
+                      fastapi["append_latency_ms"]["p50"]))
+    report.add(Result(section, f"{label}: CPU per event (every process), direct routes",
+                      direct["cpu_ms_per_event"], "ms", versus, fastapi["cpu_ms_per_event"]))
+
+
+def direct_pairs(folder: str, pairs: int, sessions: int = 50, turns: int = 30) -> Report:
+    """``pairs`` alternating pairs of ``surfacelog run --via http --mode batch``: the
+    gateway's direct routes on and off (``SURFACELOG_GATEWAY_DIRECT``), the order
+    swapped in every other pair."""
+    report = Report()
+    args = ["--sessions", str(sessions), "--turns", str(turns), "--mode", "batch",
+            "--via", "http"]
+    for k in range(pairs):
+        print(f"pair {k + 1}", flush=True)
+        runs = {direct: hosted_run(folder, f"pair-{k}", args, True, direct=direct,
+                                   watch=REPLICA)
+                for direct in ((True, False) if k % 2 == 0 else (False, True))}
+        _direct_rows(report, f"pair {k + 1}", f"{sessions} sessions x {turns} turns",
+                     runs[True], runs[False])
     return report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes (the smoke test)")
+    parser.add_argument("--direct-pairs", type=int, metavar="N", default=0,
+                        help="only N alternating pairs of --via http runs (50 sessions x "
+                        "30 turns), the gateway's direct routes on and off")
     args = parser.parse_args(argv)
     # The floors in this process run with the collector setting of the actors'
     # processes, so that each ratio compares the same work done the same way.
     tune_gc()
     with tempfile.TemporaryDirectory(prefix="bench-hosting-") as folder:
-        report = run_all(folder, args.quick)
+        report = (direct_pairs(folder, args.direct_pairs) if args.direct_pairs
+                  else run_all(folder, args.quick))
     print()
     print(report.markdown())
     print(JSON_PREFIX + json.dumps([{"section": r.section, "name": r.name, "value": r.value,

@@ -44,23 +44,24 @@ def _direct_layer(app: FastAPI) -> DirectRoutes | None:
 def served(tmp_path: Path) -> Iterator[dict[bool, tuple[str, FastAPI]]]:
     """Two gateways, ``{direct: (url, app)}``, each over its own deployment."""
     auth = AuthConfig(parse_grants(f"{FULL}\n{LIMITED} lim-\n", "test"))
-    started: list[tuple[AsgiThread, Client]] = []
+    clients: list[Client] = []
+    servers: list[AsgiThread] = []
     out: dict[bool, tuple[str, FastAPI]] = {}
     try:
         for direct in (True, False):
-            client = connect(config=HostingConfig(
+            clients.append(connect(config=HostingConfig(
                 ShardMap.single(str(tmp_path / f"direct-{direct}.db")),
-                placement="packed", packs=1))
-            app = build_app(client, auth, body_budget=BUDGET, direct=direct)
+                placement="packed", packs=1)))
+            app = build_app(clients[-1], auth, body_budget=BUDGET, direct=direct)
             port = free_port()
-            server = AsgiThread(app, "127.0.0.1", port)
-            started.append((server, client))
-            server.ready(30.0)
+            servers.append(AsgiThread(app, "127.0.0.1", port))
+            servers[-1].ready(30.0)
             out[direct] = (f"http://127.0.0.1:{port}", app)
         yield out
     finally:
-        for server, client in started:
+        for server in servers:
             server.stop(10.0)
+        for client in clients:
             client.shutdown()
 
 
