@@ -44,7 +44,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import psutil
 
@@ -297,6 +297,27 @@ def _row(report: Report, section: str, label: str, run: dict[str, Any], before: 
                           run["cpu_ms_per_event"] <= 0.1))
 
 
+SPLIT: Final = ("OwnerActor", "DriverActor")
+"""The processes whose CPU rows 2 and 3 show apart (the run's ``cpu_s_by_process``): the
+shard's owner actor, which hosts every session and commits, and the agents' drivers."""
+
+
+def _split_rows(report: Report, section: str, label: str, run: dict[str, Any],
+                floor_ms: float) -> None:
+    """``run``'s CPU per event by process (its ``cpu_s_by_process``): each of ``SPLIT``,
+    then every other process together (this command, the compactor and pruner, Ray's
+    own), each beside the in-process floor's CPU per event (``floor_ms``: the agents'
+    and the owner's work in one process, no Ray)."""
+    spent = run["cpu_s_by_process"]
+    parts = {kind: spent.get(kind, 0.0) for kind in SPLIT}
+    parts["every other process"] = sum(s for kind, s in spent.items() if kind not in SPLIT)
+    total = sum(parts.values())
+    for part, seconds in parts.items():
+        report.add(Result(section, f"{label}: CPU per event, {part}",
+                          1000 * seconds / run["events"], "ms", "in process, all of it",
+                          floor_ms, note=f"{100 * seconds / total:.0f}% of the run's CPU"))
+
+
 def run_all(folder: str, quick: bool) -> Report:
     report = Report()
     sessions, turns = (4, 1) if quick else (50, 4)
@@ -304,10 +325,10 @@ def run_all(folder: str, quick: bool) -> Report:
     noop_rate, noop_cpu = noop_call(200 if quick else 3000)
     report.add(Result("1", "no-op async-actor call, one at a time", noop_rate, "calls/s",
                       note=f"CPU {noop_cpu:.3f} ms per call, all processes"))
-    floors = {}
+    floors, floor_cpu = {}, {}
     for mode in ("chunk",) if quick else ("chunk", "batch"):
         floor = asyncio.run(in_process_floor(folder, sessions, turns, mode))  # type: ignore[arg-type]
-        floors[mode] = floor.rate
+        floors[mode], floor_cpu[mode] = floor.rate, floor.cpu_ms
         report.add(Result("1", f"in process, {mode} mode, {sessions} sessions", floor.rate,
                           "events/s", note=f"{floor.events:,} events, durable SQLite, no "
                           f"Ray; CPU {floor.cpu_ms:.4f} ms per event"))
@@ -325,6 +346,8 @@ def run_all(folder: str, quick: bool) -> Report:
         before = hosted_run(folder, f"{mode}-{sessions}", args, False)
         _row(report, section, f"{mode}, {sessions} sessions", after, before, floors[mode],
              noop_rate)
+        _split_rows(report, section, f"{mode}, {sessions} sessions", after,
+                    floor_cpu[mode])
     if quick:  # the smoke test: rows 4 and 5 run the same code as row 2
         return report
     print("4. sessions", flush=True)

@@ -16,13 +16,14 @@ import contextlib
 import logging
 import os
 import random
+import re
 import secrets
 import socket
 import statistics
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import ray
 from ray.exceptions import RayActorError
@@ -323,7 +324,8 @@ async def run_workload(cfg: RunConfig,
                 broken.append(f"the {('compactor', 'pruner')[k]} actor failed: "
                               f"{_describe(got)}"[:300])
         wall = time.time() - started
-        cpu_s = None if cpu_before is None else cpu_spent(cpu_before, cpu_by_process())
+        by_kind = {} if cpu_before is None else cpu_by_kind(cpu_before)
+        cpu_s = None if cpu_before is None else sum(by_kind.values())
         unrecovered_losses = [] if watch is None else [
             loss for loss in watch.losses if loss.unrecovered()]
         broken += [f"{loss.describe(started)}; shard(s) {', '.join(loss.unrecovered())} "
@@ -370,7 +372,8 @@ async def run_workload(cfg: RunConfig,
     problems = broken + problems
     return RunResult(cfg, wall, merged, cstats, pstats, size, live,
                      not problems, problems, samples, journal, kills or 0, write_failures,
-                     cpu_s, shard_nodes=shard_nodes, shard_map=shard_map_file,
+                     cpu_s, cpu_by_kind=by_kind, shard_nodes=shard_nodes,
+                     shard_map=shard_map_file,
                      node_kills=node_kills,
                      auth_mode=None if cluster is None else cluster.auth_mode,
                      incomplete=broken, actor_kill_times=kill_times, started_at=started,
@@ -469,6 +472,44 @@ def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
     """CPU seconds spent between two ``cpu_by_process`` readings by the processes alive
     at the second (a process that ended in between is not counted)."""
     return sum(t - before.get(pid, 0.0) for pid, t in after.items())
+
+
+THIS_COMMAND: Final = "this command"
+RAY_PROCESSES: Final = "Ray's own processes"
+_ACTOR_TITLE: Final = re.compile(r"ray::([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def process_kind(title: str, pid: int, me: int) -> str:
+    """The kind a process's CPU is counted under: ``THIS_COMMAND`` for ``me``, the class
+    of the Ray actor it hosts, as its title names it (``ray::OwnerActor`` or
+    ``ray::OwnerActor.call_many``: ``OwnerActor``; Ray's agents are titled the same
+    way), else ``RAY_PROCESSES`` (the GCS, the raylet, an idle worker, the monitors)."""
+    if pid == me:
+        return THIS_COMMAND
+    match = _ACTOR_TITLE.match(title)
+    if match is None or match.group(1) == "IDLE":
+        return RAY_PROCESSES
+    return match.group(1)
+
+
+def cpu_by_kind(before: dict[int, float]) -> dict[str, float]:
+    """CPU seconds spent since ``before`` (a ``cpu_by_process`` reading) by this process
+    and every process below it, summed by ``process_kind``, the largest first; the
+    values sum to what ``cpu_spent`` gives over the same processes."""
+    import psutil
+
+    me = psutil.Process()
+    spent: dict[str, float] = {}
+    for proc in (me, *me.children(recursive=True)):
+        try:
+            times = proc.cpu_times()
+            title = (proc.cmdline() or [""])[0]
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue  # ended between listing and reading, as in cpu_by_process
+        kind = process_kind(title, proc.pid, me.pid)
+        spent[kind] = spent.get(kind, 0.0) + times.user + times.system - before.get(
+            proc.pid, 0.0)
+    return dict(sorted(spent.items(), key=lambda item: -item[1]))
 
 
 async def _chaos(client: Client, ids: list[str], cfg: RunConfig, done: asyncio.Event,

@@ -124,6 +124,21 @@ def config_rows(cfg: RunConfig) -> list[tuple[str, str]]:
     return rows
 
 
+def cpu_shares(by_process: dict[str, float], shown: int = 4) -> str:
+    """``by_process`` (CPU seconds by process kind, the largest first) as the share of
+    each of the ``shown`` largest, the rest summed: ``OwnerActor 55%, DriverActor 30%,
+    ...``; ``-`` when empty."""
+    total = sum(by_process.values())
+    if total <= 0:
+        return "-"
+    kinds = list(by_process.items())
+    parts = [(kind, seconds) for kind, seconds in kinds[:shown]]
+    rest = sum(seconds for _, seconds in kinds[shown:])
+    if rest > 0:
+        parts.append(("the rest", rest))
+    return ", ".join(f"{kind} {100 * seconds / total:.0f}%" for kind, seconds in parts)
+
+
 def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     """The run's figures as (label, value) rows (``run``'s terminal table and the
     HTML report's)."""
@@ -155,6 +170,7 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
          f"{value(report['cpu_ms_per_event'], 'ms')}"),
         ("Ray calls per event (drivers to session actors)",
          value(report["ray_calls_per_event"])),
+        ("CPU by process", cpu_shares(report.get("cpu_s_by_process") or {})),
         ("Verification", "passed" if report["verification"]["passed"] else "FAILED"),
     ]
     if report.get("incomplete"):

@@ -348,6 +348,10 @@ class RunResult:
     cpu_s: float | None = None
     """CPU seconds of every process of the embedded Ray (and this one) while the agents
     ran; ``None`` when the run joined a cluster, whose processes it cannot see."""
+    cpu_by_kind: dict[str, float] = field(default_factory=dict)
+    """``cpu_s`` by process kind (``loadrun.process_kind``: the actor class a Ray worker
+    hosts, this command, Ray's own processes), the largest first; empty when ``cpu_s``
+    is ``None``."""
     shard_nodes: dict[str, int | None] = field(default_factory=dict)
     """Each shard's worker node (``None``: the embedded one-node Ray)."""
     shard_map: str | None = None
@@ -518,6 +522,8 @@ class RunResult:
                                   else round(1000 * self.cpu_s / p.appends, 3)),
             "cpu_ms_per_event": (None if self.cpu_s is None or not p.events
                                  else round(1000 * self.cpu_s / p.events, 4)),
+            "cpu_s_by_process": {kind: round(seconds, 2)
+                                 for kind, seconds in self.cpu_by_kind.items()},
             "ray_calls": p.ray_calls,
             "ray_calls_per_event": (round(p.ray_calls / p.events, 4)
                                     if p.events and p.ray_calls else None),

@@ -9,6 +9,8 @@ import math
 import subprocess
 import sys
 
+import pytest
+
 from support import paths
 
 BENCH = paths.BENCHMARKS / "bench_hosting.py"
@@ -26,7 +28,10 @@ def test_quick_run_prints_every_row() -> None:
     for name in ("no-op async-actor call, one at a time", "in process, chunk mode, 4 sessions",
                  "hosted path's code in process, chunk mode: CPU per event",
                  "chunk, 4 sessions: events/s", "chunk, 4 sessions: events/s vs in process",
-                 "chunk, 4 sessions: p50", "chunk, 4 sessions: CPU per event"):
+                 "chunk, 4 sessions: p50", "chunk, 4 sessions: CPU per event",
+                 "chunk, 4 sessions: CPU per event, OwnerActor",
+                 "chunk, 4 sessions: CPU per event, DriverActor",
+                 "chunk, 4 sessions: CPU per event, every other process"):
         assert name in rows, (name, sorted(rows))
     for row in rows.values():
         assert math.isfinite(row["value"]) and row["value"] > 0, row
@@ -34,5 +39,10 @@ def test_quick_run_prints_every_row() -> None:
     assert rows["chunk, 4 sessions: events/s"]["baseline"] > 0
     assert rows["chunk, 4 sessions: events/s vs in process"]["baseline"] == \
         rows["in process, chunk mode, 4 sessions"]["value"]
+    # The run's CPU per event, split by process, adds up to the whole.
+    split = [rows[f"chunk, 4 sessions: CPU per event, {part}"]["value"]
+             for part in ("OwnerActor", "DriverActor", "every other process")]
+    assert sum(split) == pytest.approx(rows["chunk, 4 sessions: CPU per event"]["value"],
+                                       rel=0.02, abs=0.01)
     # The hosted path's code ran the same workload, its CPU beside the in-process one's.
     assert rows["hosted path's code in process, chunk mode: CPU per event"]["baseline"] > 0

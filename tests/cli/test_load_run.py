@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
@@ -14,7 +15,8 @@ import typer
 from typer.testing import CliRunner
 
 from surfacelog.cli import app, run_display
-from surfacelog.cli.report_html import config_rows, summary_rows
+from surfacelog.cli.loadrun import RAY_PROCESSES, THIS_COMMAND, process_kind
+from surfacelog.cli.report_html import config_rows, cpu_shares, summary_rows
 from surfacelog.cli.runmodel import RunConfig
 from surfacelog.store.shardmap import load_shard_map
 
@@ -241,6 +243,17 @@ def test_run_reports_consistent_figures_and_verifies(tmp_path: Path) -> None:
     # The embedded Ray's processes are all seen: CPU per append covers Ray's own.
     assert report["cpu_s"] > 0 and report["cpu_ms_per_append"] == pytest.approx(
         1000 * report["cpu_s"] / report["appends"], abs=0.01)
+    # ... and split by process: the shard's owner (it hosts the sessions), the agents'
+    # drivers, this command; together the whole (each rounded to 10 ms).
+    split = report["cpu_s_by_process"]
+    # Only what the processes spent while the agents ran: no more than every core for
+    # the run's wall time (the suite's Ray had run for minutes before it).
+    assert report["cpu_s"] <= (os.cpu_count() or 1) * report["wall_s"] + 0.5
+    assert sum(split.values()) == pytest.approx(report["cpu_s"], abs=0.01 * len(split))
+    assert list(split.values()) == sorted(split.values(), reverse=True)
+    assert report["writer"] == "owner"
+    assert split["OwnerActor"] > 0 and split["DriverActor"] > 0 and split[THIS_COMMAND] > 0
+    assert dict(summary_rows(report))["CPU by process"] == cpu_shares(split)
 
 
 @pytest.mark.usefixtures("ray_local")
@@ -351,6 +364,34 @@ def test_run_with_a_summariser_by_import_path(tmp_path: Path) -> None:
                       "surfacelog.session.compaction_policy:extractive_summary")
     assert report["verification"]["passed"] and report["errors"] == 0
     assert report["compactions"]["committed"] >= 1
+
+
+@pytest.mark.parametrize(("title", "pid", "kind"), [
+    ("ray::OwnerActor", 7, "OwnerActor"),
+    ("ray::OwnerActor.call_many", 7, "OwnerActor"),
+    ("ray::DriverActor.run", 7, "DriverActor"),
+    ("ray::IDLE", 7, RAY_PROCESSES),
+    ("/venv/lib/ray/core/src/ray/raylet/raylet", 7, RAY_PROCESSES),
+    ("/venv/bin/python3", 7, RAY_PROCESSES),
+    ("", 7, RAY_PROCESSES),
+    ("/venv/bin/python3", 1, THIS_COMMAND),
+    # A title is data: only an identifier after ray:: names a kind (nothing of a
+    # terminal escape reaches the run's table).
+    ("ray::Bad\x1b[2J", 7, "Bad"),
+    ("ray::\x1b[2J", 7, RAY_PROCESSES),
+])
+def test_each_process_is_counted_under_its_actor_class(title: str, pid: int,
+                                                       kind: str) -> None:
+    assert process_kind(title, pid, me=1) == kind
+
+
+def test_cpu_shares_name_the_largest_and_sum_the_rest() -> None:
+    assert cpu_shares({"OwnerActor": 3.0, "DriverActor": 1.0}) == \
+        "OwnerActor 75%, DriverActor 25%"
+    six = {"a": 5.0, "b": 2.0, "c": 1.0, "d": 1.0, "e": 0.5, "f": 0.5}
+    assert cpu_shares(six) == "a 50%, b 20%, c 10%, d 10%, the rest 10%"
+    assert cpu_shares(six, shown=6) == "a 50%, b 20%, c 10%, d 10%, e 5%, f 5%"
+    assert cpu_shares({}) == "-" and cpu_shares({"a": 0.0}) == "-"
 
 
 def test_owner_writer_needs_packed_placement() -> None:
