@@ -450,6 +450,11 @@ class DriverActor:
         self._progress = DriverProgress()
         self._halt = asyncio.Event()
 
+    async def ready(self) -> bool:
+        """``True``, once the actor is built: the load run waits for every driver's
+        before its clock and its CPU count start."""
+        return True
+
     async def stop(self) -> None:
         """Stop after the current turn: each session ends its turn, flushes and
         ``run`` returns (the run stops early when it cannot complete)."""

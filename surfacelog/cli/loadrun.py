@@ -266,6 +266,12 @@ async def run_workload(cfg: RunConfig,
     else:
         drivers = [RemoteDriver.options(**opts).remote(hosting, script, retry_for_s)
                    for _ in range(n_drivers)]
+    # The agents' clock and CPU count start once their drivers are up: a driver's start
+    # (a Ray worker importing Ray and surfacelog, about half a second of CPU here) is not
+    # the hosting of their sessions, and it weighed most in the shortest runs. A driver
+    # that could not start fails its ``run`` call below, reported there as before.
+    await asyncio.gather(*(driver.ready.remote() for driver in drivers),
+                         return_exceptions=True)
     started = time.time()
     cpu_before = cpu_by_process() if cfg.address is None else None
     await asyncio.gather(compactor.start.remote(0.3), pruner.start.remote(0.3))

@@ -257,6 +257,17 @@ def test_run_reports_consistent_figures_and_verifies(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("ray_local")
+def test_the_runs_clock_starts_once_its_drivers_are_up(tmp_path: Path) -> None:
+    """A driver's start (a Ray worker importing Ray and surfacelog: 0.4-0.5 s of CPU here,
+    benchmarks/bench_worker_start.py) is not counted in the run's CPU: a run this short
+    spends a fraction of that in its drivers."""
+    report = run_json(tmp_path / "short.db", "--sessions", "2", "--turns", "1",
+                      "--drivers", "2")
+    assert report["verification"]["passed"] and report["turns_done"] == 2
+    assert 0 < report["cpu_s_by_process"]["DriverActor"] < 2 * 0.25, report
+
+
+@pytest.mark.usefixtures("ray_local")
 def test_owner_writer_run_verifies(tmp_path: Path) -> None:
     report = run_json(tmp_path / "owner.db", "--sessions", "4", "--turns", "2",
                       "--writer", "owner")

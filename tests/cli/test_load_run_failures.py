@@ -154,6 +154,15 @@ def _await_process(pid: int, marker: str) -> psutil.Process:
         psutil.wait_procs([psutil.Process(pid)], timeout=0.2)
 
 
+def _await_appends(pid: int, wal: Path, size: int = 64_000) -> None:
+    """Return once the run ``pid`` has written ``size`` bytes to its database's WAL file
+    ``wal``: more than creating its sessions writes, so its agents are appending."""
+    while not (wal.exists() and wal.stat().st_size > size):
+        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            pytest.fail("the run ended before its agents appended")
+        psutil.wait_procs([psutil.Process(pid)], timeout=0.1)
+
+
 NODE_LOSS_ENV = {
     # Ray's GCS declares a node dead after this many failed health checks in a row,
     # this far apart (by default 5, 3 s apart: 15 s). A killed raylet fails each at
@@ -210,6 +219,8 @@ def test_losing_a_run_actor_or_the_raylet_ends_with_a_report_and_exit_4(
                                 env=ENV, capture_output=True, text=True, timeout=120)
         assert second.returncode == 4, second.stderr
         one_line_error(second.stdout + second.stderr, "in use by another surfacelog run")
+    # Lost while the agents append (the run's clock starts once its drivers are up).
+    _await_appends(long_run.pid, tmp_path / "long.db-wal")
     proc = _await_process(long_run.pid, victim)
     proc.send_signal(signal.SIGKILL)
     out, _ = long_run.communicate(timeout=600)
