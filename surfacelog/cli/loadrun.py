@@ -330,8 +330,12 @@ async def run_workload(cfg: RunConfig,
                 broken.append(f"the {('compactor', 'pruner')[k]} actor failed: "
                               f"{_describe(got)}"[:300])
         wall = time.time() - started
-        by_kind = {} if cpu_before is None else cpu_by_kind(cpu_before)
-        cpu_s = None if cpu_before is None else sum(by_kind.values())
+        cpu_s, by_kind = None, {}
+        if cpu_before is not None:
+            titles: dict[int, str] = {}
+            cpu_after = cpu_by_process(titles)
+            cpu_s = cpu_spent(cpu_before, cpu_after)
+            by_kind = cpu_by_kind(cpu_before, cpu_after, titles, os.getpid())
         unrecovered_losses = [] if watch is None else [
             loss for loss in watch.losses if loss.unrecovered()]
         broken += [f"{loss.describe(started)}; shard(s) {', '.join(loss.unrecovered())} "
@@ -458,9 +462,10 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".replace("\n", " ")[:400]
 
 
-def cpu_by_process() -> dict[int, float]:
+def cpu_by_process(titles: dict[int, str] | None = None) -> dict[int, float]:
     """CPU seconds (user + system) of this process and every process below it: with an
-    embedded Ray, all of Ray's (GCS, raylet, workers, actors)."""
+    embedded Ray, all of Ray's (GCS, raylet, workers, actors). ``titles``, when given,
+    gets each of those processes' title (its first argument) by pid."""
     import psutil
 
     me = psutil.Process()
@@ -468,7 +473,9 @@ def cpu_by_process() -> dict[int, float]:
     for proc in (me, *me.children(recursive=True)):
         try:
             times = proc.cpu_times()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            if titles is not None:
+                titles[proc.pid] = (proc.cmdline() or [""])[0]
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue  # ended between listing and reading: its time is not counted
         out[proc.pid] = times.user + times.system
     return out
@@ -498,23 +505,14 @@ def process_kind(title: str, pid: int, me: int) -> str:
     return match.group(1)
 
 
-def cpu_by_kind(before: dict[int, float]) -> dict[str, float]:
-    """CPU seconds spent since ``before`` (a ``cpu_by_process`` reading) by this process
-    and every process below it, summed by ``process_kind``, the largest first; the
-    values sum to what ``cpu_spent`` gives over the same processes."""
-    import psutil
-
-    me = psutil.Process()
+def cpu_by_kind(before: dict[int, float], after: dict[int, float],
+                titles: dict[int, str], me: int) -> dict[str, float]:
+    """``cpu_spent(before, after)`` by ``process_kind`` (``titles``: the processes'
+    titles at ``after``; ``me``: this process's pid), the largest first."""
     spent: dict[str, float] = {}
-    for proc in (me, *me.children(recursive=True)):
-        try:
-            times = proc.cpu_times()
-            title = (proc.cmdline() or [""])[0]
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue  # ended between listing and reading, as in cpu_by_process
-        kind = process_kind(title, proc.pid, me.pid)
-        spent[kind] = spent.get(kind, 0.0) + times.user + times.system - before.get(
-            proc.pid, 0.0)
+    for pid, seconds in after.items():
+        kind = process_kind(titles.get(pid, ""), pid, me)
+        spent[kind] = spent.get(kind, 0.0) + seconds - before.get(pid, 0.0)
     return dict(sorted(spent.items(), key=lambda item: -item[1]))
 
 

@@ -15,7 +15,13 @@ import typer
 from typer.testing import CliRunner
 
 from surfacelog.cli import app, run_display
-from surfacelog.cli.loadrun import RAY_PROCESSES, THIS_COMMAND, process_kind
+from surfacelog.cli.loadrun import (
+    RAY_PROCESSES,
+    THIS_COMMAND,
+    cpu_by_kind,
+    cpu_spent,
+    process_kind,
+)
 from surfacelog.cli.report_html import config_rows, cpu_shares, summary_rows
 from surfacelog.cli.runmodel import RunConfig
 from surfacelog.store.shardmap import load_shard_map
@@ -244,7 +250,7 @@ def test_run_reports_consistent_figures_and_verifies(tmp_path: Path) -> None:
     assert report["cpu_s"] > 0 and report["cpu_ms_per_append"] == pytest.approx(
         1000 * report["cpu_s"] / report["appends"], abs=0.01)
     # ... and split by process: the shard's owner (it hosts the sessions), the agents'
-    # drivers, this command; together the whole (each rounded to 10 ms).
+    # drivers, this command (each rounded to 10 ms).
     split = report["cpu_s_by_process"]
     # Only what the processes spent while the agents ran: no more than every core for
     # the run's wall time (the suite's Ray had run for minutes before it).
@@ -394,6 +400,19 @@ def test_run_with_a_summariser_by_import_path(tmp_path: Path) -> None:
 def test_each_process_is_counted_under_its_actor_class(title: str, pid: int,
                                                        kind: str) -> None:
     assert process_kind(title, pid, me=1) == kind
+
+
+def test_cpu_by_kind_splits_what_was_spent_between_two_readings() -> None:
+    """Each process's CPU since the first reading (all of it for one started since),
+    summed by kind, the largest first; together what ``cpu_spent`` counts."""
+    before = {1: 1.0, 10: 5.0, 11: 2.0, 13: 9.0}  # 13 ended before the second reading
+    after = {1: 1.5, 10: 6.0, 11: 2.25, 12: 0.75, 14: 0.125}
+    titles = {1: "/venv/bin/python3", 10: "ray::OwnerActor.call_many", 11: "ray::IDLE",
+              12: "ray::DriverActor", 14: "/venv/lib/ray/raylet"}
+    split = cpu_by_kind(before, after, titles, me=1)
+    assert list(split.items()) == [("OwnerActor", 1.0), ("DriverActor", 0.75),
+                                   (THIS_COMMAND, 0.5), (RAY_PROCESSES, 0.375)]
+    assert sum(split.values()) == cpu_spent(before, after) == 2.625
 
 
 def test_cpu_shares_name_the_largest_and_sum_the_rest() -> None:
