@@ -46,8 +46,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_actors import Report, Result
@@ -220,54 +218,22 @@ def noop_call(n: int) -> tuple[float, float]:
 # -- hosted runs --------------------------------------------------------------------------------
 
 
-def _titled_cpu(root: psutil.Process, prefix: str, last: dict[int, float]) -> None:
-    """Record in ``last`` (by pid) the CPU seconds so far of each process below ``root``
-    whose title (first argument) starts with ``prefix``."""
-    for proc in root.children(recursive=True):
-        try:
-            if (proc.cmdline() or [""])[0].startswith(prefix):
-                times = proc.cpu_times()
-                last[proc.pid] = times.user + times.system
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-
-
 def hosted_run(folder: str, name: str, args: Sequence[str], coalesce: bool,
-               timeout_s: float = 1800, direct: bool = True,
-               watch: str | None = None) -> dict[str, Any]:
+               timeout_s: float = 1800, direct: bool = True) -> dict[str, Any]:
     """The JSON report of ``surfacelog run --json ARGS`` in a child process (its own
     embedded Ray), with coalescing on or off, and (``--via http``) the gateway's direct
-    routes on or off. ``watch``: a process title prefix (``ray::GatewayReplica``); the
-    CPU seconds of those processes, sampled every 0.2 s until the run ends (so up to
-    0.2 s short), go in the report as ``watched_cpu_s``."""
+    routes on or off."""
     db = os.path.join(folder, f"{name}-{'c' if coalesce else 'n'}{'' if direct else '-f'}.db")
     env = {**os.environ, "SURFACELOG_COALESCE": "1" if coalesce else "0",
            DIRECT_ENV: "1" if direct else "0"}
-    watched: dict[int, float] = {}
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        child = subprocess.Popen([sys.executable, "-m", "surfacelog.cli", "run", "--db", db,
-                                  "--json", *args], stdout=out, stderr=err, text=True,
-                                 env=env)
-        deadline = time.monotonic() + timeout_s
-        try:
-            while child.poll() is None:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"surfacelog run {' '.join(args)}: over {timeout_s} s")
-                if watch is not None:
-                    _titled_cpu(psutil.Process(child.pid), watch, watched)
-                time.sleep(0.2)
-        finally:
-            child.kill()
-            child.wait()
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    lines = [line for line in stdout.splitlines() if line.startswith("{")]
-    if child.returncode != 0 or not lines:
-        raise RuntimeError(f"surfacelog run {' '.join(args)}: exit {child.returncode}\n"
-                           f"{stderr[-2000:]}")
+    proc = subprocess.run([sys.executable, "-m", "surfacelog.cli", "run", "--db", db,
+                           "--json", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout_s, check=False)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"surfacelog run {' '.join(args)}: exit {proc.returncode}\n"
+                           f"{proc.stderr[-2000:]}")
     report: dict[str, Any] = json.loads(lines[-1])
-    report["watched_cpu_s"] = sum(watched.values()) if watch is not None else None
     if report["errors"] or not report["verification"]["passed"]:
         raise RuntimeError(f"surfacelog run {' '.join(args)}: {report['last_error']}")
     return report
@@ -390,8 +356,7 @@ def run_all(folder: str, quick: bool) -> Report:
                       note="the p50 of a one-session chunk run, commit included"))
     print("6. via http", flush=True)
     via_ray = hosted_run(folder, "http-ray", [*base, "--mode", "batch"], True)
-    via_http = hosted_run(folder, "http", [*base, "--mode", "batch", "--via", "http"], True,
-                          watch=REPLICA)
+    via_http = hosted_run(folder, "http", [*base, "--mode", "batch", "--via", "http"], True)
     lat = via_http["append_latency_ms"]
     report.add(Result("6", f"--via http, batch, {sessions} sessions: events/s",
                       via_http["events_per_s"], "events/s", "via Ray",
@@ -407,21 +372,23 @@ def run_all(folder: str, quick: bool) -> Report:
                       lat["p50"] <= 20))
     # The same through a gateway whose routes are all FastAPI's (no DirectRoutes).
     fastapi = hosted_run(folder, "http", [*base, "--mode", "batch", "--via", "http"], True,
-                         direct=False, watch=REPLICA)
+                         direct=False)
     _direct_rows(report, "6", f"--via http, batch, {sessions} sessions", via_http, fastapi)
     return report
 
 
-REPLICA = "ray::GatewayReplica"
-"""The gateway replica's process title (``gateway.ingress.GatewayReplica``)."""
+REPLICA = "GatewayReplica"
+"""The gateway replica's kind in a run's ``cpu_s_by_process`` (its actor class,
+``gateway.ingress.GatewayReplica``)."""
 
 
 def _direct_rows(report: Report, section: str, label: str, direct: dict[str, Any],
                  fastapi: dict[str, Any]) -> None:
     """A ``--via http`` run with the direct routes against one with FastAPI for every
-    route (both ``hosted_run(..., watch=REPLICA)``)."""
+    route: the replica's CPU per event is its share of the run's (``REPLICA`` in the
+    report's ``cpu_s_by_process``, over the same window as ``cpu_s``)."""
     def replica_ms(run: dict[str, Any]) -> float:
-        return float(1000 * run["watched_cpu_s"] / run["events"])
+        return float(1000 * run["cpu_s_by_process"][REPLICA] / run["events"])
 
     versus = "FastAPI for every route"
     report.add(Result(section, f"{label}: replica CPU per event, direct routes",
@@ -444,8 +411,7 @@ def direct_pairs(folder: str, pairs: int, sessions: int = 50, turns: int = 30) -
             "--via", "http"]
     for k in range(pairs):
         print(f"pair {k + 1}", flush=True)
-        runs = {direct: hosted_run(folder, f"pair-{k}", args, True, direct=direct,
-                                   watch=REPLICA)
+        runs = {direct: hosted_run(folder, f"pair-{k}", args, True, direct=direct)
                 for direct in ((True, False) if k % 2 == 0 else (False, True))}
         _direct_rows(report, f"pair {k + 1}", f"{sessions} sessions x {turns} turns",
                      runs[True], runs[False])
