@@ -255,7 +255,7 @@ async def run_workload(cfg: RunConfig,
         hosting, retry_for_s, compact_at=cfg.compact_at, prune_over=cfg.prune_over)
     await asyncio.gather(compactor.manage.remote(ids), pruner.manage.remote(ids))
     cpus = float(ray.cluster_resources().get("CPU", 1.0))  # type: ignore[no-untyped-call]
-    n_drivers = cfg.driver_count(len(ids), cpus)
+    n_drivers = cfg.driver_count(len(ids), cpus, len(hosting.shards.shards))
     gateway_url: str | None = None
     if cfg.via == "http":
         gateway_url, token = await asyncio.get_running_loop().run_in_executor(

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 
 SESSIONS_PER_DRIVER: Final = 25
-"""``--drivers auto``: one driver per this many sessions (within the cluster's CPUs)."""
+"""``--drivers auto``: one driver per this many sessions (within the CPUs the shards' writers
+leave: ``RunConfig.driver_count``)."""
 
 Via = Literal["ray", "http"]
 WriterChoice = Literal["auto", Writer]
@@ -53,8 +54,8 @@ class RunConfig:
     drivers: Annotated[str, Option(
         metavar="N|auto",
         help="agent-loop driver actors; auto: one per 25 sessions, at most one per CPU "
-             "of the cluster (the drivers' requests to an actor share calls, so fewer "
-             "drivers coalesce more)")] = "auto"
+             "the shards' writers leave (CPUs - shards), at least one (the drivers' "
+             "requests to an actor share calls, so fewer drivers coalesce more)")] = "auto"
     compact_at: Annotated[int, Option(
         min=0, help="compact a surface above this many estimated tokens")] = 3000
     prune_over: Annotated[int, Option(
@@ -255,13 +256,18 @@ class RunConfig:
         """How long node or disk chaos keeps a removed node down (seconds)."""
         return NODE_DOWN_S if self.node_down_s is None else self.node_down_s
 
-    def driver_count(self, sessions: int, cpus: float) -> int:
-        """The drivers to start for ``sessions`` on a cluster of ``cpus`` CPUs: the
-        number given, or with ``auto`` one per ``SESSIONS_PER_DRIVER`` sessions within
-        ``[1, cpus]``; never more than the sessions."""
+    def driver_count(self, sessions: int, cpus: float, shards: int = 1) -> int:
+        """The drivers to start for ``sessions`` on a cluster of ``cpus`` CPUs hosting
+        ``shards`` shards: the number given, or with ``auto`` one per
+        ``SESSIONS_PER_DRIVER`` sessions, at most one per CPU that the shards' writers
+        leave (``cpus - shards``), at least one; never more than the sessions."""
         if self.drivers == "auto":
+            # Each shard's writer (its owner actor, or its journal and session actors)
+            # keeps about a CPU busy under a closed loop: a driver more than the CPUs
+            # left takes from the hosting it drives, and splits the requests to each
+            # actor over more calls (benchmarks/README, "drivers auto").
             wanted = -(-sessions // SESSIONS_PER_DRIVER)
-            count = min(wanted, max(1, int(cpus)))
+            count = min(wanted, max(1, int(cpus) - shards))
         else:
             count = int(self.drivers)
         return max(1, min(count, sessions))

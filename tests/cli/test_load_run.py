@@ -192,6 +192,23 @@ def test_auto_writer_is_owner_when_packed(placement: str, writer: str) -> None:
     assert RunConfig(placement=placement, writer="journal").hosting_writer == "journal"
 
 
+@pytest.mark.parametrize(("sessions", "cpus", "shards", "drivers"), [
+    (50, 2, 1, 1),      # two cores: the owner keeps one busy, one driver the other
+    (1000, 2, 1, 1),
+    (50, 4, 3, 1),      # --local-nodes 3 --shards 3: a CPU a node and the head's
+    (50, 16, 1, 2),     # one per 25 sessions when the CPUs allow
+    (1000, 16, 2, 14),  # at most the CPUs the two writers leave
+    (10, 16, 1, 1),
+    (3, 1, 1, 1),       # at least one, however few CPUs
+    (3, 1, 4, 1),
+])
+def test_auto_drivers_leave_a_cpu_to_each_shards_writer(sessions: int, cpus: float,
+                                                         shards: int, drivers: int) -> None:
+    assert RunConfig().driver_count(sessions, cpus, shards) == drivers
+    # A number given is taken as it is, but never more drivers than sessions.
+    assert RunConfig(drivers="3").driver_count(sessions, cpus, shards) == min(3, sessions)
+
+
 def run_json(db: Path, *extra: str) -> dict:  # type: ignore[type-arg]
     result = runner.invoke(app, ["run", "--db", str(db), "--json", *extra])
     assert result.exit_code == 0, result.output
