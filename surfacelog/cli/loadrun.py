@@ -43,7 +43,7 @@ from surfacelog.actors.retry import Backoff, through_restarts
 from surfacelog.actors.script import ScriptConfig
 from surfacelog.cli.localcluster import LocalCluster, disk_chaos, node_chaos, shard_files
 from surfacelog.cli.nodewatch import NodeWatch
-from surfacelog.cli.runmodel import NodeKill, RunConfig, RunResult, Sample
+from surfacelog.cli.runmodel import NodeKill, RunConfig, RunResult, Sample, driver_cpus
 from surfacelog.gateway.auth import AuthConfig, parse_grants
 from surfacelog.gateway.deployment import start_gateway, stop_gateway
 from surfacelog.gateway.httpclient import RemoteHttpDriver
@@ -235,18 +235,18 @@ async def run_workload(cfg: RunConfig,
                           outage_budget_s=cfg.outage_budget_s)
     opts: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 1000}
     retry_for_s: float | None = None
+    run_node: str | None = None  # where the run's actors are pinned, if anywhere
     if cluster is not None:
         # On the head node, which is never removed: a worker node's loss takes the
         # shards it hosts, never the actors that drive and measure them.
-        opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
-            cluster.head_node_id, soft=False)
-        retry_for_s = CLUSTER_RETRY_FOR_S
+        run_node = cluster.head_node_id
     elif shards is not None:
         # On this driver's own node (a KubeRay RayJob's driver runs on the head, which
         # holds no shard): a shard node lost takes its shards, never the run's actors,
         # which would otherwise land on any node, a shard's among them.
-        opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
-            ray.get_runtime_context().get_node_id(), soft=False)
+        run_node = ray.get_runtime_context().get_node_id()
+    if run_node is not None:
+        opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(run_node, soft=False)
         retry_for_s = CLUSTER_RETRY_FOR_S
     compactor = RemoteCompactor.options(**opts).remote(
         hosting, retry_for_s, compact_at=cfg.compact_at, prune_over=cfg.prune_over,
@@ -254,8 +254,8 @@ async def run_workload(cfg: RunConfig,
     pruner = RemotePruner.options(**opts).remote(
         hosting, retry_for_s, compact_at=cfg.compact_at, prune_over=cfg.prune_over)
     await asyncio.gather(compactor.manage.remote(ids), pruner.manage.remote(ids))
-    cpus = float(ray.cluster_resources().get("CPU", 1.0))  # type: ignore[no-untyped-call]
-    n_drivers = cfg.driver_count(len(ids), cpus, len(hosting.shards.shards))
+    n_drivers = cfg.driver_count(len(ids), *driver_cpus(
+        ray.nodes(), run_node, hosting.shards.shards))  # type: ignore[no-untyped-call]
     gateway_url: str | None = None
     if cfg.via == "http":
         gateway_url, token = await asyncio.get_running_loop().run_in_executor(

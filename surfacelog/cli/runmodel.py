@@ -7,6 +7,7 @@ The workload (``loadrun``), the live view (``run_display``) and the HTML report
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
@@ -20,11 +21,12 @@ if TYPE_CHECKING:
     from surfacelog.actors.driver import DriverProgress
     from surfacelog.cli.nodewatch import NodeLoss
     from surfacelog.session.digest import SessionDigest
+    from surfacelog.store.shardmap import Shard
 
 
 SESSIONS_PER_DRIVER: Final = 25
 """``--drivers auto``: one driver per this many sessions (within the CPUs the shards' writers
-leave: ``RunConfig.driver_count``)."""
+leave them: ``RunConfig.driver_count``, ``driver_cpus``)."""
 
 Via = Literal["ray", "http"]
 WriterChoice = Literal["auto", Writer]
@@ -35,6 +37,22 @@ DEFAULT_DB: Final = Path("surfacelog.db")
 
 NODE_DOWN_S: Final = 2.0
 """How long node and disk chaos keep a removed node down unless --node-down says."""
+
+
+def driver_cpus(nodes: Sequence[Mapping[str, Any]], node_id: str | None,
+                shards: Sequence[Shard]) -> tuple[float, int]:
+    """The CPUs a run's drivers get and how many shards' writers share them, from Ray's
+    node table (``ray.nodes()``'s entries: ``NodeID``, ``Alive``, ``Resources``).
+    Drivers pinned to ``node_id`` get that node's CPUs, shared with the writers its
+    resources pin there (a writer pinned nowhere may land there: counted); drivers
+    placed anywhere get every live node's CPUs, shared with every writer."""
+    alive = [n for n in nodes if n.get("Alive", True)]
+    if node_id is not None:
+        alive = [n for n in alive if n.get("NodeID") == node_id]
+    cpus = sum(float((n.get("Resources") or {}).get("CPU", 0.0)) for n in alive)
+    offered = {name for n in alive for name in (n.get("Resources") or {})}
+    writers = sum(1 for shard in shards if shard.resource is None or shard.resource in offered)
+    return cpus, writers
 
 
 @dataclass(frozen=True)
@@ -54,8 +72,9 @@ class RunConfig:
     drivers: Annotated[str, Option(
         metavar="N|auto",
         help="agent-loop driver actors; auto: one per 25 sessions, at most one per CPU "
-             "the shards' writers leave (CPUs - shards), at least one (the drivers' "
-             "requests to an actor share calls, so fewer drivers coalesce more)")] = "auto"
+             "where they run that the shards' writers there leave, at least one (the "
+             "drivers' requests to an actor share calls, so fewer drivers coalesce "
+             "more)")] = "auto"
     compact_at: Annotated[int, Option(
         min=0, help="compact a surface above this many estimated tokens")] = 3000
     prune_over: Annotated[int, Option(
@@ -256,18 +275,18 @@ class RunConfig:
         """How long node or disk chaos keeps a removed node down (seconds)."""
         return NODE_DOWN_S if self.node_down_s is None else self.node_down_s
 
-    def driver_count(self, sessions: int, cpus: float, shards: int = 1) -> int:
-        """The drivers to start for ``sessions`` on a cluster of ``cpus`` CPUs hosting
-        ``shards`` shards: the number given, or with ``auto`` one per
-        ``SESSIONS_PER_DRIVER`` sessions, at most one per CPU that the shards' writers
-        leave (``cpus - shards``), at least one; never more than the sessions."""
+    def driver_count(self, sessions: int, cpus: float, writers: int) -> int:
+        """The drivers to start for ``sessions`` where they get ``cpus`` CPUs, shared
+        with ``writers`` shards' writers (``driver_cpus``): the number given, or with
+        ``auto`` one per ``SESSIONS_PER_DRIVER`` sessions, at most one per CPU the
+        writers leave (``cpus - writers``), at least one; never more than the sessions."""
         if self.drivers == "auto":
             # Each shard's writer (its owner actor, or its journal and session actors)
             # keeps about a CPU busy under a closed loop: a driver more than the CPUs
             # left takes from the hosting it drives, and splits the requests to each
             # actor over more calls (benchmarks/README, "drivers auto").
             wanted = -(-sessions // SESSIONS_PER_DRIVER)
-            count = min(wanted, max(1, int(cpus) - shards))
+            count = min(wanted, max(1, int(cpus) - writers))
         else:
             count = int(self.drivers)
         return max(1, min(count, sessions))

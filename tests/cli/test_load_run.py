@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -23,8 +24,8 @@ from surfacelog.cli.loadrun import (
     process_kind,
 )
 from surfacelog.cli.report_html import config_rows, cpu_shares, summary_rows
-from surfacelog.cli.runmodel import RunConfig
-from surfacelog.store.shardmap import load_shard_map
+from surfacelog.cli.runmodel import RunConfig, driver_cpus
+from surfacelog.store.shardmap import Shard, load_shard_map
 
 from support.shared_examples import EXAMPLES
 
@@ -192,21 +193,47 @@ def test_auto_writer_is_owner_when_packed(placement: str, writer: str) -> None:
     assert RunConfig(placement=placement, writer="journal").hosting_writer == "journal"
 
 
-@pytest.mark.parametrize(("sessions", "cpus", "shards", "drivers"), [
+@pytest.mark.parametrize(("sessions", "cpus", "writers", "drivers"), [
     (50, 2, 1, 1),      # two cores: the owner keeps one busy, one driver the other
     (1000, 2, 1, 1),
-    (50, 4, 3, 1),      # --local-nodes 3 --shards 3: a CPU a node and the head's
     (50, 16, 1, 2),     # one per 25 sessions when the CPUs allow
     (1000, 16, 2, 14),  # at most the CPUs the two writers leave
     (10, 16, 1, 1),
-    (3, 1, 1, 1),       # at least one, however few CPUs
-    (3, 1, 4, 1),
+    (3, 1, 0, 1),       # a pinned node of one CPU and no writer
+    (3, 1, 4, 1),       # at least one, however few CPUs
 ])
-def test_auto_drivers_leave_a_cpu_to_each_shards_writer(sessions: int, cpus: float,
-                                                         shards: int, drivers: int) -> None:
-    assert RunConfig().driver_count(sessions, cpus, shards) == drivers
+def test_auto_drivers_leave_a_cpu_to_each_writer_beside_them(
+        sessions: int, cpus: float, writers: int, drivers: int) -> None:
+    assert RunConfig().driver_count(sessions, cpus, writers) == drivers
     # A number given is taken as it is, but never more drivers than sessions.
-    assert RunConfig(drivers="3").driver_count(sessions, cpus, shards) == min(3, sessions)
+    assert RunConfig(drivers="3").driver_count(sessions, cpus, writers) == min(3, sessions)
+
+
+def _node(node_id: str, cpus: float, *resources: str, alive: bool = True) -> dict[str, Any]:
+    """An entry of Ray's node table, as ``ray.nodes()`` gives it."""
+    return {"NodeID": node_id, "Alive": alive,
+            "Resources": {"CPU": cpus, **{name: 1.0 for name in resources}}}
+
+
+def test_drivers_count_the_cpus_and_writers_of_the_node_they_run_on() -> None:
+    pinned = (Shard("a", "/d/a.db", resource="shard-a"),
+              Shard("b", "/d/b.db", resource="shard-b"))
+    table = [_node("head", 4), _node("n1", 8, "shard-a"), _node("n2", 8, "shard-b"),
+             _node("gone", 8, alive=False)]
+    # Pinned to the head, which holds no shard: its own CPUs, no writer beside them.
+    assert driver_cpus(table, "head", pinned) == (4.0, 0)
+    assert driver_cpus(table, "n1", pinned) == (8.0, 1)
+    # Anywhere: every live node's CPUs and every writer.
+    assert driver_cpus(table, None, pinned) == (20.0, 2)
+    # A writer pinned nowhere may land beside the drivers: it is counted.
+    one = (Shard("main", "/d/main.db"),)
+    assert driver_cpus([_node("only", 2)], None, one) == (2.0, 1)
+    assert driver_cpus(table, "head", one) == (4.0, 1)
+    # --local-nodes 3 --shards 3: the head's one CPU, the shards on the workers.
+    local = tuple(Shard(f"s{i}", f"/d/s{i}.db", resource=f"node-{i}") for i in range(3))
+    nodes = [_node("head", 1), *(_node(f"w{i}", 1, f"node-{i}") for i in range(3))]
+    assert RunConfig().driver_count(50, *driver_cpus(nodes, "head", local)) == 1
+    assert RunConfig().driver_count(100, *driver_cpus(table, "head", pinned)) == 4
 
 
 def run_json(db: Path, *extra: str) -> dict:  # type: ignore[type-arg]
