@@ -8,7 +8,7 @@ its own, ``SURFACELOG_COALESCE=0``, the behaviour before coalescing):
    process); the scripted workload appended in this process through ``LiveSession`` +
    the SQLite store (durable), no Ray (events/s, CPU per event); the same workload
    through the hosted path's own code in this process (``SessionHandle``s on a
-   ``CallLine``, the calls pickled as Ray pickles them, applied by an ``OwnerActor``
+   ``CallLine``, the calls pickled as they cross Ray, applied by an ``OwnerActor``
    object's ``call_many``), no Ray (CPU per event beside the first):
    what hosting costs per event before Ray's calls;
 2. ``surfacelog run --mode chunk``, 50 sessions, durable (events/s, p50/p99, CPU per
@@ -145,8 +145,8 @@ async def hosted_code_floor(folder: str, sessions: int, turns: int,
                             mode: AppendMode) -> Floor:
     """The workload of ``in_process_floor`` through the hosted path's own code, in this
     process: ``SessionHandle``s whose requests go on a ``CallLine`` whose calls reach an
-    ``OwnerActor`` object, the coalesced requests and outcomes pickled as Ray pickles a
-    call's argument and reply, applied by the actor's own ``call_many``. What hosting
+    ``OwnerActor`` object, the coalesced requests and outcomes pickled as a Ray
+    call's argument and reply are, applied by the actor's own ``call_many``. What hosting
     costs beyond the session's work, Ray's calls and processes excepted."""
     config = HostingConfig.single(os.path.join(folder, f"hosted-code-{mode}.db"),
                                   placement="packed", writer="owner")

@@ -30,8 +30,8 @@ import ray
 
 from surfacelog.actors.coalesce import (
     Request,
-    WireOutcome,
-    WireRequest,
+    WireCall,
+    WireReply,
     outcomes_to_wire,
     requests_from_wire,
     run_coalesced,
@@ -392,11 +392,11 @@ class SessionActor:
             raise
         return True
 
-    async def call_many(self, requests: Sequence[WireRequest]) -> list[WireOutcome]:
-        """Several requests of one client process in one call (``actors.coalesce``,
-        as plain tuples), each answered with its own outcome: one session's requests
-        are applied in the order they came, different sessions' side by side, so that
-        their writes share one group commit. A request for a method not in
+    async def call_many(self, requests: WireCall) -> WireReply:
+        """Several requests of one client process in one call (``actors.coalesce``:
+        pickled tuples, ``requests_to_wire``), each answered with its own outcome: one
+        session's requests are applied in the order they came, different sessions' side
+        by side, so that their writes share one group commit. A request for a method not in
         ``COALESCED`` is refused (its outcome is a ``ValueError``)."""
         async def apply(request: Request) -> Any:
             if request.method not in COALESCED:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import pickle
 from collections.abc import Sequence
 from typing import Any
 
@@ -233,10 +234,9 @@ def test_any_interleaving_answers_each_request_and_keeps_each_keys_order(
     asyncio.run(scenario())
 
 
-def test_the_wire_form_keeps_requests_and_outcomes() -> None:
-    """What crosses Ray is plain tuples (fast to pickle); nothing is lost either way."""
-    import pickle
-
+def test_the_wire_form_is_one_pickle_and_keeps_requests_and_outcomes() -> None:
+    """A coalesced call's requests and its reply cross Ray as one ``bytes`` each (pickled
+    here, so Ray's slower serializer sees one value); nothing is lost either way."""
     from surfacelog.actors.coalesce import (
         outcomes_from_wire,
         outcomes_to_wire,
@@ -245,15 +245,56 @@ def test_the_wire_form_keeps_requests_and_outcomes() -> None:
     )
 
     requests = [req("a", 1), Request("events_wire", ("b", 0, None), "b", 9)]
-    wire = pickle.loads(pickle.dumps(requests_to_wire(requests)))
-    assert all(type(item) is tuple for item in wire)
-    back = requests_from_wire(wire)
+    wire = requests_to_wire(requests)
+    assert isinstance(wire, bytes)
+    back = requests_from_wire(pickle.loads(pickle.dumps(wire)))
     assert [(r.method, r.args, r.key) for r in back] == \
         [(r.method, r.args, r.key) for r in requests]
     outcomes = [Outcome(value=b"reply"), Outcome(error=ValueError("no"))]
-    again = outcomes_from_wire(pickle.loads(pickle.dumps(outcomes_to_wire(outcomes))))
+    reply = outcomes_to_wire(outcomes)
+    assert isinstance(reply, bytes)
+    again = outcomes_from_wire(reply)
     assert again[0] == Outcome(value=b"reply")
     assert isinstance(again[1].error, ValueError) and str(again[1].error) == "no"
+
+
+class _Refuses(Exception):
+    """An error the standard pickler cannot take (it holds a lambda); cloudpickle can."""
+
+    def __init__(self, message: str, hook: Any = None) -> None:
+        super().__init__(message)
+        self.hook = hook if hook is not None else (lambda: message)
+
+    def __reduce__(self) -> Any:
+        return (_Refuses, (str(self), self.hook))
+
+
+def test_what_the_standard_pickler_refuses_travels_as_the_list_for_rays_serializer(
+) -> None:
+    """A request argument or an outcome the standard pickler refuses (a lambda, here)
+    leaves the call or the reply as the list of tuples, which Ray's own serializer
+    (cloudpickle) takes, as before: the request still gets its own outcome."""
+    from ray import cloudpickle
+
+    from surfacelog.actors.coalesce import (
+        outcomes_from_wire,
+        outcomes_to_wire,
+        requests_from_wire,
+        requests_to_wire,
+    )
+
+    requests = [req("a", 1), Request("fold", (lambda: "hook",), "b")]
+    wire = requests_to_wire(requests)
+    assert isinstance(wire, list)
+    back = requests_from_wire(cloudpickle.loads(cloudpickle.dumps(wire)))
+    assert back[0].args == (1,) and back[1].args[0]() == "hook"
+    outcomes = [Outcome(value=b"ok"), Outcome(error=_Refuses("refused"))]
+    reply = outcomes_to_wire(outcomes)
+    assert isinstance(reply, list)
+    again = outcomes_from_wire(cloudpickle.loads(cloudpickle.dumps(reply)))
+    assert again[0].value == b"ok"
+    assert isinstance(again[1].error, _Refuses) and str(again[1].error) == "refused"
+    assert again[1].error.hook() == "refused"
 
 
 # -- within: a request's deadline, as a client waits on it ------------------------------
