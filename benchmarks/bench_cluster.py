@@ -70,6 +70,7 @@ from surfacelog.actors.config import (
 from surfacelog.actors.errors import RayCompatError
 from surfacelog.actors.raycompat import auth_mode, ensure_auth_token, require_token_auth
 from surfacelog.cli.loadrun import cpu_by_process, cpu_spent
+from surfacelog.cli.localcluster import UNWATCHED_HEAD
 from surfacelog.schema.codec import encode_json
 from surfacelog.session import AppendSpec
 from surfacelog.store.shardmap import Shard, ShardMap, default_resource
@@ -170,7 +171,7 @@ class Nodes:
             self.auth = f"unavailable ({exc})"
         t0 = time.perf_counter()
         self.cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 1, "include_dashboard": False})
+            "num_cpus": 1, "include_dashboard": False, **UNWATCHED_HEAD})
         self.shard_nodes = shard_nodes
         for k in range(shard_nodes):
             self.cluster.add_node(num_cpus=1, include_dashboard=False,

@@ -28,7 +28,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import ray
@@ -56,6 +56,14 @@ variables ``RAY_health_check_period_ms`` and ``RAY_health_check_failure_threshol
 when set, take the place of these values (``health_checks``, read when a cluster
 starts): for tests that kill nodes on purpose and would otherwise wait out the
 detection; not meant to be tuned in production."""
+UNWATCHED_HEAD: Final = {"include_log_monitor": False, "no_monitor": True}
+"""Head-node arguments of a local cluster (``ray.cluster_utils.Cluster``) whose drivers
+read no worker's output (``ray.init(log_to_driver=False)``: this command's) and which
+never scales: no log monitor (it tails every worker's log files to forward them to
+drivers) and no autoscaler monitor. On an idle head and two nodes with 20 actors started
+and killed, the two spent 1.1-1.2 s of the 6.6-7.4 s of CPU all the cluster's processes
+spent in about 40 s (``benchmarks/bench_cluster_head.py``, benchmarks/README.md, "A
+local cluster's head")."""
 RECOVER_DEADLINE_S = 90.0
 """How long the node chaos waits for a returned node's shards to serve again."""
 
@@ -166,7 +174,8 @@ class LocalCluster:
         # The head offers no shard resource: nothing of a shard runs there, so removing
         # a worker never takes the GCS or the run's own actors with it.
         head = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 1, "include_dashboard": False, "_system_config": health_checks()})
+            "num_cpus": 1, "include_dashboard": False, "_system_config": health_checks(),
+            **UNWATCHED_HEAD})
         self = cls(shards, nodes, head, auth_mode)
         try:
             for k in range(nodes):

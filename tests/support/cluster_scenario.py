@@ -79,6 +79,7 @@ from surfacelog.actors.config import NAMESPACE, SESSION_RESOURCE, HostingConfig
 from surfacelog.actors.errors import RayCompatError, ShardUnavailable
 from surfacelog.actors.protocol import Conflict
 from surfacelog.actors.raycompat import auth_mode, ensure_auth_token, require_token_auth
+from surfacelog.cli.localcluster import UNWATCHED_HEAD
 from surfacelog.schema.events import Event
 from surfacelog.session import END_SEED, interrupted_turn_closers
 from surfacelog.session.turns import last_turn_boundary, open_turn
@@ -393,7 +394,7 @@ class Scenario:
             self.auth_mode = f"unavailable ({exc})"
         started = time.monotonic()
         self.cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 1, "include_dashboard": False})
+            "num_cpus": 1, "include_dashboard": False, **UNWATCHED_HEAD})
         for name in self.shards.names:
             self.nodes[name] = self.add_shard_node(name)
         if self.plan.colocate:

@@ -31,6 +31,7 @@ from ray.cluster_utils import Cluster
 
 from surfacelog.actors.client import connect, local_ray_on_loopback
 from surfacelog.actors.config import NAMESPACE, SESSION_RESOURCE, HostingConfig
+from surfacelog.cli.localcluster import UNWATCHED_HEAD
 from surfacelog.store.shardmap import Shard, ShardMap, default_resource
 
 
@@ -89,8 +90,8 @@ def main() -> int:
     out_fd = os.dup(1)
     os.dup2(2, 1)  # Ray's processes may write to fd 1: only the report goes there
     local_ray_on_loopback()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1,
-                                                            "include_dashboard": False})
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "include_dashboard": False, **UNWATCHED_HEAD})
     report: dict[str, Any] = {}
     try:
         cluster.add_node(num_cpus=1, include_dashboard=False,

@@ -157,6 +157,22 @@ def compare(acked: dict[str, dict[int, tuple[str, Any]]],
             "per_session": per_session}
 
 
+def _watchers() -> list[str]:
+    """The command lines of this process's Ray log monitors and autoscaler monitors."""
+    import psutil
+
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            args = proc.cmdline()
+        except psutil.Error:
+            continue
+        if any(a.endswith(("/_private/log_monitor.py", "/autoscaler/_private/monitor.py"))
+               for a in args[:3]):
+            found.append(" ".join(args[:3]))
+    return found
+
+
 class Run:
     def __init__(self, args: argparse.Namespace, folder: Path) -> None:
         self.args = args
@@ -177,6 +193,9 @@ class Run:
         started = time.monotonic()
         self.cluster = LocalCluster.start(self.shards, 1)
         log("cluster up")
+        # LocalCluster's head (UNWATCHED_HEAD): nothing reads the workers' output, and
+        # the cluster never scales.
+        self.checks["no_log_or_autoscaler_monitor"] = not _watchers()
         ray.init(address=self.cluster.address, namespace=NAMESPACE, log_to_driver=False,
                  configure_logging=False)
         config = HostingConfig(self.shards, placement="packed", writer="owner",

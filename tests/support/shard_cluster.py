@@ -31,7 +31,7 @@ from ray.cluster_utils import Cluster
 
 from surfacelog.actors.client import local_ray_on_loopback
 from surfacelog.actors.raycompat import auth_mode, ensure_auth_token
-from surfacelog.cli.localcluster import NODE_START_TIMEOUT_S, health_checks
+from surfacelog.cli.localcluster import NODE_START_TIMEOUT_S, UNWATCHED_HEAD, health_checks
 from surfacelog.store.shardmap import load_shard_map
 
 
@@ -44,7 +44,7 @@ def main() -> int:
     resources = [{} if s.resource is None else {s.resource: 1.0} for s in shards]
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "resources": resources[0], "include_dashboard": False,
-        "_system_config": health_checks()})
+        "_system_config": health_checks(), **UNWATCHED_HEAD})
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
