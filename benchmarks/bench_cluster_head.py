@@ -27,8 +27,11 @@ KINDS = ("log_monitor", "monitor.py", "dashboard/agent", "dashboard.py",
 
 
 def kind_of(cmdline: list[str]) -> str:
-    """A cluster process's kind: a daemon by its program, else a Ray worker."""
-    program = " ".join(cmdline[:3])
+    """A cluster process's kind: a daemon by its program (the script a Python runs, or
+    the executable), else a Ray worker or agent (retitled ``ray::...``)."""
+    args = [a for a in cmdline[:3] if not a.startswith("-")]
+    python = bool(args) and "python" in os.path.basename(args[0])
+    program = args[1] if python and len(args) > 1 else (args[0] if args else "")
     return next((k for k in KINDS if k in program), "workers and agents")
 
 
