@@ -105,13 +105,22 @@ _PICKLE_PROTOCOL: Final = 5
 _NOT_PICKLABLE: Final = (pickle.PicklingError, TypeError, AttributeError)
 """What the standard pickler raises for a value it cannot take (a lambda, a local
 class, an object that refuses): Ray's own serializer (cloudpickle) may still take it."""
+_MAIN: Final = b"__main__"
 
 
 def _pickled(items: list[Any]) -> bytes | list[Any]:
+    """``items`` pickled, or ``items`` themselves for Ray's serializer when the standard
+    pickler refuses them, or when the pickle may name ``__main__``: the standard pickler
+    refers to a class by its module, and the other process's ``__main__`` (Ray's
+    worker) has no class of a script's, where cloudpickle sends such a class whole. A
+    request carries one when a script's object rides in an append's data (which then
+    travels as structs, for the session to refuse as in process); the text
+    ``__main__`` inside a value only costs that call the slower serializer."""
     try:
-        return pickle.dumps(items, protocol=_PICKLE_PROTOCOL)
+        data = pickle.dumps(items, protocol=_PICKLE_PROTOCOL)
     except _NOT_PICKLABLE:
         return items
+    return items if _MAIN in data else data
 
 
 def _unpickled(wire: bytes | list[Any]) -> list[Any]:
@@ -127,8 +136,9 @@ def requests_to_wire(requests: Sequence[Request]) -> WireCall:
     (cloudpickle, with a Python hook called for every object) spends about 60 us on the
     tuples of 50 appends where ``pickle.dumps`` spends 6 us (a list of dataclasses cost
     Ray 900 us); a call of 50 and its reply cost both processes 0.81-0.86x the CPU so
-    (benchmarks/README.md, "One pickle per coalesced call"). When the standard pickler
-    refuses an argument, the list itself, for Ray's serializer."""
+    (benchmarks/README.md, "One pickle per coalesced call"). The list itself, for Ray's
+    serializer, when the standard pickler refuses an argument or would refer to a class
+    of ``__main__`` (see ``_pickled``)."""
     return _pickled([(r.method, r.args, r.key) for r in requests])
 
 

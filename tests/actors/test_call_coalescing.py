@@ -297,6 +297,35 @@ def test_what_the_standard_pickler_refuses_travels_as_the_list_for_rays_serializ
     assert again[1].error.hook() == "refused"
 
 
+class _Scripted:
+    """Stands for a class of a user's script: its module is ``__main__``."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+def test_a_class_of_main_travels_as_the_list_for_rays_serializer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The standard pickler refers to a class of ``__main__`` by name, which the actor's
+    process would not find; cloudpickle sends it whole. So a call holding one (or the
+    text ``__main__``, which costs it only the slower serializer) goes as the list."""
+    import sys
+
+    from ray import cloudpickle
+
+    from surfacelog.actors.coalesce import requests_from_wire, requests_to_wire
+
+    monkeypatch.setattr(_Scripted, "__module__", "__main__")
+    monkeypatch.setattr(sys.modules["__main__"], "_Scripted", _Scripted, raising=False)
+    assert pickle.loads(pickle.dumps(_Scripted(1))).n == 1  # the standard pickler takes it
+    wire = requests_to_wire([req("a", 1), Request("append_batch", (_Scripted(7),), "b")])
+    assert isinstance(wire, list)
+    assert requests_from_wire(cloudpickle.loads(cloudpickle.dumps(wire)))[1].args[0].n == 7
+    text = requests_to_wire([Request("append_wire", (b'if __name__ == "__main__":',), "c")])
+    assert isinstance(text, list)
+    assert requests_from_wire(text)[0].args == (b'if __name__ == "__main__":',)
+
+
 # -- within: a request's deadline, as a client waits on it ------------------------------
 
 async def test_within_returns_the_value_or_the_error_when_it_comes() -> None:
