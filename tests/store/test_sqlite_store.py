@@ -43,7 +43,7 @@ from surfacelog.store.errors import (
     VersionRefused,
     WriterFenced,
 )
-from surfacelog.store.sqlite.file_format import schema_sql
+from surfacelog.store.sqlite.file_format import inspect_file, schema_sql
 
 from support.sessiongen import Clock, add_turn, build_session, header, open_turn, sessions
 from support.shared_examples import EXAMPLES
@@ -238,6 +238,36 @@ async def test_refused_with_a_crashed_writers_wal(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-c", crash, str(path)], check=False)
     before = _snapshot(tmp_path)
     assert {"db.sqlite-wal", "db.sqlite-shm"} <= set(before)
+    with pytest.raises(VersionRefused, match="user_version"):
+        await SqliteEventStore.open(path)
+    assert _snapshot(tmp_path) == before
+
+
+async def test_a_writer_killed_as_it_opened_the_file_leaves_it_readable(
+        tmp_path: Path) -> None:
+    """A writer killed between creating its -wal (SQLite opens it first) and its -shm
+    leaves an empty -wal beside no -shm. A read-only reader cannot open a WAL that has no
+    index, but that WAL holds nothing: the schema check reads the file as it is, leaves
+    both files untouched, and the store opens and serves what was committed; a file of
+    another build in that state is refused for its version, not called unreadable (both
+    were refused as "cannot be read as a SQLite database" before)."""
+    path = tmp_path / "db.sqlite"
+    await _our_db(path)
+    wal = tmp_path / "db.sqlite-wal"
+    wal.write_bytes(b"")
+    before = _snapshot(tmp_path)
+    assert list(before) == ["db.sqlite", "db.sqlite-wal"]
+    assert inspect_file(path) == "ours"
+    assert _snapshot(tmp_path) == before
+    store = await SqliteEventStore.open(path)
+    try:
+        assert list((await store.load("s1")).log) == list(build_session("s1", 2).log)
+    finally:
+        await store.close()
+
+    _edit(path, f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    wal.write_bytes(b"")
+    before = _snapshot(tmp_path)
     with pytest.raises(VersionRefused, match="user_version"):
         await SqliteEventStore.open(path)
     assert _snapshot(tmp_path) == before

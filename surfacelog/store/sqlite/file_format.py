@@ -237,12 +237,25 @@ def _transient(exc: sqlite3.DatabaseError) -> bool:
     return int(code) & 0xFF in _TRANSIENT_CODES
 
 
+def _wal_state(wal: Path, shm: Path) -> Literal["none", "empty, no index", "wal"]:
+    """Which read the file needs: ``"none"`` without a ``-wal`` file; ``"empty, no
+    index"`` for an empty ``-wal`` beside no ``-shm``, which a writer killed between
+    creating the two leaves (its WAL holds nothing, and a read-only reader cannot open
+    a WAL that has no index: SQLITE_CANTOPEN); else ``"wal"``."""
+    try:
+        size = wal.stat().st_size
+    except FileNotFoundError:
+        return "none"
+    return "empty, no index" if size == 0 and not shm.exists() else "wal"
+
+
 def inspect_file(path: Path) -> FileState:
     """Classify the file at ``path`` without modifying it or creating any file beside it.
 
     A missing or zero-length file is ``"new"``. Otherwise the file is read through a
     read-only connection: with ``immutable=1`` when no ``-wal`` file exists (so that
-    SQLite creates no ``-wal``/``-shm`` files for a WAL-mode database), else with
+    SQLite creates no ``-wal``/``-shm`` files for a WAL-mode database) or only an empty
+    one beside no ``-shm`` (a writer killed as it opened the file), else with
     ``readonly_shm=1`` (the WAL of a crashed writer is read, its ``-shm`` index is not
     rebuilt in place). Only a process that has the database open meanwhile changes its
     ``-shm``, which is shared memory, not content.
@@ -265,12 +278,13 @@ def inspect_file(path: Path) -> FileState:
         raise VersionRefused(f"{path} is not a SQLite database (no SQLite header); refused "
                              f"and left unmodified")
     wal = path.with_name(path.name + "-wal")
+    shm = path.with_name(path.name + "-shm")
     deadline = time.monotonic() + _TRANSIENT_DEADLINE_S
     attempt = 0
     while True:
         attempt += 1
-        had_wal = wal.exists()
-        query = "mode=ro&readonly_shm=1" if had_wal else "mode=ro&immutable=1"
+        had_wal = _wal_state(wal, shm)
+        query = "mode=ro&readonly_shm=1" if had_wal == "wal" else "mode=ro&immutable=1"
         uri = f"{path.resolve().as_uri()}?{query}"
         try:
             conn = sqlite3.connect(uri, uri=True, isolation_level=None)
@@ -283,7 +297,7 @@ def inspect_file(path: Path) -> FileState:
             # A writer that closed meanwhile removed (or one that opened created) the
             # -wal/-shm files the open was chosen for: look again, rather than call a
             # good database unreadable.
-            if wal.exists() != had_wal and attempt < 4:
+            if _wal_state(wal, shm) != had_wal and attempt < 4:
                 continue
             # A read-only reader cannot rebuild the -shm index a killed writer left
             # stale, and SQLite reports the race as SQLITE_PROTOCOL or a BUSY code:
