@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -54,11 +55,41 @@ while sum(1 for n in ray.nodes() if n["Alive"]) < count:
 ARGV[1] has ARGV[2] nodes alive, 1 after ARGV[3] seconds."""
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
+def _kernels_first_port() -> int:
+    """The lowest port the kernel hands out for a bind to port 0 (Linux: 32768)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+QUIET_FIRST_PORT = 20_000
+"""Above the ports Ray gives its workers (10002-19999 by default)."""
+
+
+def free_port(taken: set[int]) -> int:
+    """A port for one of the cluster's servers, free now and not in ``taken`` (added to
+    it), from between Ray's worker ports and the kernel's range for a bind to port 0.
+    A port the kernel picked (as this used to take) could be picked again for any
+    process of the suite that binds port 0, Ray's gRPC servers of the other workers'
+    clusters among them, between this probe and the node's own bind. Once in a CI run
+    the head's runtime-env agent exited as it started (a port conflict is the cause Ray
+    names first; its log went with the cluster's folder) and its raylet, then the head,
+    went down with it. Raises ``RuntimeError`` when no such port is free."""
+    picker = random.SystemRandom()
+    last = _kernels_first_port()
+    for _ in range(1000):
+        port = picker.randrange(QUIET_FIRST_PORT, max(last, QUIET_FIRST_PORT + 1))
+        if port in taken:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        taken.add(port)
+        return port
+    raise RuntimeError(f"no free port in {QUIET_FIRST_PORT}-{last - 1}")
 
 
 class OperatorCluster:
@@ -68,7 +99,9 @@ class OperatorCluster:
     def __init__(self, root: Path, shards: dict[str, Path]) -> None:
         self.root = root
         self.shards = shards
-        self.port = free_port()
+        self.ports: set[int] = set()
+        """The ports handed to this cluster's nodes (``free_port``)."""
+        self.port = free_port(self.ports)
         self.token = root / "auth_token"
         self.token.write_text(secrets.token_hex(32))
         self.token.chmod(0o600)
@@ -104,7 +137,7 @@ class OperatorCluster:
                  "--runtime-env-agent-port", "--dashboard-agent-grpc-port"]
         argv = [RAY, "start", "--block", "--node-ip-address=127.0.0.1",
                 "--disable-usage-stats", f"--temp-dir={self.temp_dir}", *args,
-                *(f"{option}={free_port()}" for option in ports)]
+                *(f"{option}={free_port(self.ports)}" for option in ports)]
         log = (self.root / f"{name}.log").open("ab")
         self.nodes[name] = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log,
                                             stderr=subprocess.STDOUT)
