@@ -97,7 +97,7 @@ def main() -> int:
             # A fresh interpreter each: a Cluster leaves Ray state behind in its process.
             out = subprocess.run(
                 [sys.executable, __file__, "--one", which, "--idle", str(args.idle)],
-                capture_output=True, text=True, check=True, env=dict(os.environ))
+                capture_output=True, text=True, check=True)
             line = next(x for x in out.stdout.splitlines() if x.startswith("SPENT "))
             spent = json.loads(line[len("SPENT "):])
             totals[which] = sum(spent.values())

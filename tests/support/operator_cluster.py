@@ -67,7 +67,7 @@ QUIET_FIRST_PORT = 20_000
 """Above the ports Ray gives its workers (10002-19999 by default)."""
 
 
-def free_port(taken: set[int]) -> int:
+def quiet_port(taken: set[int]) -> int:
     """A port for one of the cluster's servers, free now and not in ``taken`` (added to
     it), from between Ray's worker ports and the kernel's range for a bind to port 0.
     A port the kernel picked (as this used to take) could be picked again for any
@@ -100,8 +100,8 @@ class OperatorCluster:
         self.root = root
         self.shards = shards
         self.ports: set[int] = set()
-        """The ports handed to this cluster's nodes (``free_port``)."""
-        self.port = free_port(self.ports)
+        """The ports handed to this cluster's nodes (``quiet_port``)."""
+        self.port = quiet_port(self.ports)
         self.token = root / "auth_token"
         self.token.write_text(secrets.token_hex(32))
         self.token.chmod(0o600)
@@ -137,7 +137,7 @@ class OperatorCluster:
                  "--runtime-env-agent-port", "--dashboard-agent-grpc-port"]
         argv = [RAY, "start", "--block", "--node-ip-address=127.0.0.1",
                 "--disable-usage-stats", f"--temp-dir={self.temp_dir}", *args,
-                *(f"{option}={free_port(self.ports)}" for option in ports)]
+                *(f"{option}={quiet_port(self.ports)}" for option in ports)]
         log = (self.root / f"{name}.log").open("ab")
         self.nodes[name] = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log,
                                             stderr=subprocess.STDOUT)
