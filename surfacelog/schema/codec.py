@@ -136,12 +136,18 @@ def decode_event(line: bytes | str, where: str = "event") -> Event:
         # The loose decoder accepts everything the strict one does before the bad byte,
         # so it would stop at the same byte with the same message.
         raise DecodeError("json", f"{where}: not JSON: {exc}") from exc
-    # The strict decoder reads an integer -0 as 0, where the loose one keeps -0.0 for
-    # the rules to refuse; only an envelope integer that came out 0 can have been one
-    # (what the bulk path of ``decode_records`` also relies on). The text "-0" alone is
-    # common (one random UUID in eight holds it, and dates do) and cost the loose
-    # decoder's time, about 3.5 times the strict one's; it is looked for last, as the
-    # search costs more than the decoded envelope's test.
+    return _minus_zero_kept(event, raw, where)
+
+
+def _minus_zero_kept(event: Event, raw: bytes, where: str) -> Event:
+    """``event``, as the strict decoder read it from ``raw``, or ``raw`` read again by
+    the loose decoder when it may hold an envelope integer written ``-0``: the strict
+    decoder reads that as 0, the loose one keeps -0.0 for the rules to refuse. Only an
+    envelope integer that came out 0 can have been one (what the bulk path of
+    ``decode_records`` also relies on). The text "-0" alone is common (one random UUID
+    in eight holds it, and dates do) and cost the loose decoder's time, about 3.5 times
+    the strict one's; it is looked for last, as the search costs more than the
+    decoded envelope's test."""
     if _may_hold_minus_zero(event) and b"-0" in raw:
         return _loose_event(raw, where)
     return event
@@ -194,11 +200,6 @@ def is_line_of_type(line: bytes, etype: str) -> bool:
     return isinstance(value, dict) and value.get("type") == etype
 
 
-def _slow_line(line: bytes, where: str) -> Event:
-    """One event line the strict decoder refused (or holding ``-0``)."""
-    return decode_event(line, where)
-
-
 _BLOCK_LINES: Final = 4096
 """Lines decoded per msgspec call by ``decode_records``'s bulk path."""
 _RAWS_DECODER: Final = msgspec.json.Decoder(list[Raw])
@@ -209,21 +210,14 @@ def _line_events(n: int, line: bytes, unit: str, notes: ReadNotes) -> list[Event
     """The events of one non-blank event line (one, or a packed row's expansion): the
     per-line path, which names the line of any error."""
     try:
-        if b"-0" not in line:
-            try:
-                event = _EVENT_DECODER.decode(line)
-            except msgspec.DecodeError:
-                if is_packed_row(line):
-                    expanded = expand_packed_row(line, f"{unit} {n}")
-                    notes.packed_rows += 1
-                    return expanded
-                event = _slow_line(line, f"{unit} {n}")
-        elif is_packed_row(line):
-            expanded = expand_packed_row(line, f"{unit} {n}")
-            notes.packed_rows += 1
-            return expanded
-        else:
-            event = _slow_line(line, f"{unit} {n}")
+        try:
+            event = _minus_zero_kept(_EVENT_DECODER.decode(line), line, f"{unit} {n}")
+        except msgspec.DecodeError:
+            if is_packed_row(line):
+                expanded = expand_packed_row(line, f"{unit} {n}")
+                notes.packed_rows += 1
+                return expanded
+            event = decode_event(line, f"{unit} {n}")
         if line.count(b"[") + line.count(b"{") > MAX_NESTING and \
                 nesting_depth(event.data) > MAX_NESTING:
             raise nesting_error(event.type, event.seq, prefix=f"{unit} {n}: ")
@@ -387,7 +381,7 @@ def _redo_suspects_by_line(bulk: list[Event], block: list[tuple[int, bytes]],
     """``_redo_suspects`` testing each line on its own (lines that hold newlines)."""
     again = [k for k, line in enumerate(lines) if may_nest_too_deep(line)]
     again.extend(k for k, line in enumerate(lines)
-                 if b"-0" in line and _may_hold_minus_zero(bulk[k]))
+                 if _may_hold_minus_zero(bulk[k]) and b"-0" in line)
     for k in sorted(set(again)):
         n, line = block[k]
         (bulk[k],) = _line_events(n, line, unit, notes)

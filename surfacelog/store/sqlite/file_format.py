@@ -283,8 +283,8 @@ def inspect_file(path: Path) -> FileState:
     attempt = 0
     while True:
         attempt += 1
-        had_wal = _wal_state(wal, shm)
-        query = "mode=ro&readonly_shm=1" if had_wal == "wal" else "mode=ro&immutable=1"
+        wal_state = _wal_state(wal, shm)
+        query = "mode=ro&readonly_shm=1" if wal_state == "wal" else "mode=ro&immutable=1"
         uri = f"{path.resolve().as_uri()}?{query}"
         try:
             conn = sqlite3.connect(uri, uri=True, isolation_level=None)
@@ -297,7 +297,7 @@ def inspect_file(path: Path) -> FileState:
             # A writer that closed meanwhile removed (or one that opened created) the
             # -wal/-shm files the open was chosen for: look again, rather than call a
             # good database unreadable.
-            if _wal_state(wal, shm) != had_wal and attempt < 4:
+            if _wal_state(wal, shm) != wal_state and attempt < 4:
                 continue
             # A read-only reader cannot rebuild the -shm index a killed writer left
             # stale, and SQLite reports the race as SQLITE_PROTOCOL or a BUSY code:
