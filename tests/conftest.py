@@ -3,8 +3,10 @@ over three workers (pytest-xdist), and which tests share one."""
 
 from __future__ import annotations
 
+import ast
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -46,15 +48,41 @@ def serial_group(nodeid: str) -> str | None:
     return _GROUP_OF.get(nodeid.split("::", 1)[0])
 
 
+def _is_module_fixture(decorator: ast.expr) -> bool:
+    return (isinstance(decorator, ast.Call) and ast.unparse(decorator.func) == "pytest.fixture"
+            and any(k.arg == "scope" and isinstance(k.value, ast.Constant)
+                    and k.value.value == "module" for k in decorator.keywords))
+
+
+def modules_with_module_fixtures(root: Path) -> set[str]:
+    """The test modules under ``root`` (paths relative to ``root``'s parent, as in a node
+    id) that define a module-scoped fixture (``@pytest.fixture(scope="module")``)."""
+    found = set()
+    for path in sorted(root.rglob("test_*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(_is_module_fixture(d) for node in ast.walk(tree)
+               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+               for d in node.decorator_list):
+            found.add(path.relative_to(root.parent).as_posix())
+    return found
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under ``-n N``: each test its own unit of work (as ``--dist load``), but for the
-    tests of one of ``SERIAL_GROUPS``, which go to one worker together; the largest
-    unit (a group) is handed out first, so it does not end the run alone."""
+    tests of one of ``SERIAL_GROUPS``, which go to one worker together, and the tests
+    of a module with a module-scoped fixture, which go to one worker together too: a
+    module fixture is set up once per worker that runs one of its tests, and the
+    gateway's (a Serve application) was set up on all three workers. Units are handed
+    out largest first (xdist orders them by their number of tests), so a group does
+    not end the run alone."""
     from xdist.scheduler import LoadScopeScheduling
+
+    shared = modules_with_module_fixtures(config.rootpath / "tests")
 
     class SerialGroups(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            return serial_group(nodeid) or nodeid
+            module = nodeid.split("::", 1)[0]
+            return serial_group(nodeid) or (module if module in shared else nodeid)
 
     return SerialGroups(config, log)
 

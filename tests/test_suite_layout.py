@@ -1,12 +1,14 @@
 """The suite's own layout: test folders mirror the package's layers, helpers live in
-``tests/support``, and every module named in ``conftest.SERIAL_GROUPS`` exists (a
-renamed module would otherwise silently leave its group and run beside another)."""
+``tests/support``, every module named in ``conftest.SERIAL_GROUPS`` exists (a
+renamed module would otherwise silently leave its group and run beside another), and
+the modules whose tests share a module fixture are found (their tests then run on one
+worker)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import SERIAL_GROUPS
+from conftest import SERIAL_GROUPS, modules_with_module_fixtures
 
 import surfacelog
 
@@ -50,3 +52,18 @@ def test_every_module_of_a_serial_group_exists() -> None:
     for group, modules in SERIAL_GROUPS.items():
         for module in modules:
             assert (REPO / module).is_file(), (group, module)
+
+
+def test_modules_with_a_module_fixture_are_found(tmp_path: Path) -> None:
+    found = modules_with_module_fixtures(TESTS)
+    assert "tests/gateway/test_http_gateway.py" in found
+    assert "tests/cli/test_load_run.py" not in found
+    # Only a fixture's decorator counts: not other scopes, nor the text in a string.
+    root = tmp_path / "tests"
+    (root / "x").mkdir(parents=True)
+    (root / "x" / "test_shared.py").write_text(
+        "import pytest\n@pytest.fixture(scope='module')\ndef f(): ...\n")
+    (root / "x" / "test_alone.py").write_text(
+        "import pytest\nSOURCE = '@pytest.fixture(scope=\"module\")'\n"
+        "@pytest.fixture(scope='session')\ndef g(): ...\n")
+    assert modules_with_module_fixtures(root) == {"tests/x/test_shared.py"}
