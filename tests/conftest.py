@@ -25,6 +25,13 @@ SERIAL_GROUPS: dict[str, tuple[str, ...]] = {
         "tests/cluster/test_load_run_multinode.py",
         "tests/cluster/test_operator_path.py",
     ),
+    # Each imports the OpenAI Agents SDK where a test uses it (about 1.4 s, more than
+    # any other import of the suite): on one worker, it is imported once, not by each.
+    "openai-agents": (
+        "tests/integrations/test_openai_agents_session.py",
+        "tests/benchmarks/test_bench_adapters.py",
+        "tests/benchmarks/test_bench_sessions.py",
+    ),
 }
 """Modules whose tests run on one worker, one after another, by group name. Named by
 path here, not by ``xdist_group`` marks: xdist's ``loadgroup`` finds those marks by

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from support.benchmodules import load_bench
+from support.installed import require
 
-pytest.importorskip(
-    "agents", reason="openai-agents is not installed (pip install surfacelog[openai-agents])")
+require("agents", "openai-agents is not installed (pip install surfacelog[openai-agents])")
 
 
 def test_openai_bench_runs_and_checks_its_reads(capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from support.benchmodules import load_bench
+from support.installed import require
 
-pytest.importorskip(
-    "agents", reason="openai-agents is not installed (pip install surfacelog[openai-agents])")
-pytest.importorskip("google.adk", reason="google-adk is not installed")
+require("agents", "openai-agents is not installed (pip install surfacelog[openai-agents])")
+require("google.adk", "google-adk is not installed")
 
 
 def test_bench_sessions_runs_and_checks_its_reads(capsys: pytest.CaptureFixture[str]) -> None:

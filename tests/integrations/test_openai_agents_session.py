@@ -39,9 +39,9 @@ from surfacelog.store.errors import SessionNotFound
 from surfacelog.store.sqlite import SqliteEventStore
 
 from support import paths
+from support.installed import require
 
-agents = pytest.importorskip(
-    "agents", reason="openai-agents is not installed (pip install surfacelog[openai-agents])")
+require("agents", "openai-agents is not installed (pip install surfacelog[openai-agents])")
 
 ROOT = paths.REPO
 
