@@ -5,9 +5,10 @@ ended with it. This starts a local Ray as the suite's fixture does (``init_ray``
 CPUs, no dashboard), then ``--workers`` actors one after another, each a class with one
 method: the CPU its process has used once it answered its first call. The baseline, each
 measured just before a worker's, beside the same Ray: a fresh interpreter that only runs
-``import ray`` (the CPU of the child, from its rusage).
+``import ray`` (the CPU of the child, from its rusage). ``--address`` joins a running
+Ray instead (the smoke test joins the suite's, one Ray fewer started).
 
-    .venv/bin/python benchmarks/bench_worker_start.py [--workers N]
+    .venv/bin/python benchmarks/bench_worker_start.py [--workers N] [--address GCS]
 """
 
 from __future__ import annotations
@@ -31,16 +32,20 @@ def import_ray_cpu_s() -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def measure(count: int) -> tuple[list[float], list[float]]:
-    """On a local Ray of this process's own, ``count`` times one after another: the CPU
-    seconds of a fresh ``import ray``, then those of a new actor's process once its first
-    call returned. Returns (imports, workers)."""
+def measure(count: int, address: str | None = None) -> tuple[list[float], list[float]]:
+    """On a local Ray of this process's own (or the running one at ``address``),
+    ``count`` times one after another: the CPU seconds of a fresh ``import ray``, then
+    those of a new actor's process once its first call returned. Returns (imports,
+    workers)."""
     import ray
 
     from surfacelog.actors.client import init_ray
 
-    init_ray(None, num_cpus=2, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
+    if address is None:
+        init_ray(None, num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    else:
+        init_ray(address, log_to_driver=False, configure_logging=False)
     try:
         @ray.remote(num_cpus=0)
         class Probe:
@@ -62,8 +67,10 @@ def measure(count: int) -> tuple[list[float], list[float]]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=8, help="actors started (and imports)")
+    parser.add_argument("--address", help="join this running Ray (its GCS address) instead "
+                        "of starting one")
     args = parser.parse_args(argv)
-    baseline, workers = measure(args.workers)
+    baseline, workers = measure(args.workers, args.address)
     result = {
         "workers": args.workers,
         "worker_cpu_s": {"median": round(statistics.median(workers), 3),
