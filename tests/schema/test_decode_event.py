@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from surfacelog.schema import codec
@@ -44,6 +44,8 @@ def _outcome(read: Callable[[], codec.Event]) -> tuple[str, ...]:
 
 
 @given(_lines())
+# A line cut short inside a key the two decoders type differently: found by a CI run.
+@example(b'{"seq":-0,"data":[-0.0],"time":-')
 def test_a_line_holding_minus_zero_reads_as_the_loose_decoder_reads_it(line: bytes) -> None:
     got = _outcome(lambda: codec.decode_event(line, "line 3"))
     if b"-0" in line:
