@@ -130,17 +130,21 @@ def decode_event(line: bytes | str, where: str = "event") -> Event:
     raw = line.encode() if isinstance(line, str) else line
     try:
         event = _EVENT_DECODER.decode(raw)
-    except msgspec.ValidationError:
-        return _loose_event(raw, where)
     except msgspec.DecodeError as exc:
-        # A line holding "-0" gets the loose decoder's answer, as when that decoder read
-        # every such line: the two can word the same bad byte differently where they
-        # type its key differently ('"time":-' cut short is an invalid number to the
-        # strict one, an invalid character to the loose one).
-        if b"-0" in raw:
-            return _loose_event(raw, where)
-        raise DecodeError("json", f"{where}: not JSON: {exc}") from exc
+        return _strict_refused(raw, where, exc)
     return _minus_zero_kept(event, raw, where)
+
+
+def _strict_refused(raw: bytes, where: str, exc: msgspec.DecodeError) -> Event:
+    """What ``raw`` decodes to once the strict decoder refused it with ``exc``: the loose
+    decoder's event or error for a value outside the strict types (a
+    ``ValidationError``), and for any line holding "-0", as when that decoder read every
+    such line (the two can word the same bad byte differently where they type its key
+    differently: '"time":-' cut short is an invalid number to the strict one, an invalid
+    character to the loose one); else the strict decoder's own error."""
+    if isinstance(exc, msgspec.ValidationError) or b"-0" in raw:
+        return _loose_event(raw, where)
+    raise DecodeError("json", f"{where}: not JSON: {exc}") from exc
 
 
 def _minus_zero_kept(event: Event, raw: bytes, where: str) -> Event:
@@ -216,12 +220,12 @@ def _line_events(n: int, line: bytes, unit: str, notes: ReadNotes) -> list[Event
     try:
         try:
             event = _minus_zero_kept(_EVENT_DECODER.decode(line), line, f"{unit} {n}")
-        except msgspec.DecodeError:
+        except msgspec.DecodeError as exc:
             if is_packed_row(line):
                 expanded = expand_packed_row(line, f"{unit} {n}")
                 notes.packed_rows += 1
                 return expanded
-            event = decode_event(line, f"{unit} {n}")
+            event = _strict_refused(line, f"{unit} {n}", exc)
         if line.count(b"[") + line.count(b"{") > MAX_NESTING and \
                 nesting_depth(event.data) > MAX_NESTING:
             raise nesting_error(event.type, event.seq, prefix=f"{unit} {n}: ")
