@@ -1,6 +1,7 @@
 """``decode_event`` reads a line that holds the text ``-0`` exactly as the loose decoder
 reads it (an envelope integer written ``-0`` kept as ``-0.0`` for the rules to refuse),
-while taking the strict decoder's path when no envelope integer can have been one."""
+while taking the strict decoder's path when no envelope integer can have been one; the
+JSONL reader's per-line path reads every such line as ``decode_event`` does."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from surfacelog.schema import codec
+from surfacelog.schema.dsh import ReadNotes
 from surfacelog.schema.errors import DecodeError
 
 _INT = st.sampled_from(["0", "-0", "7", "-3", "10", "-01", "1e400", "0.0", "-0.0"])
@@ -52,6 +54,9 @@ def test_a_line_holding_minus_zero_reads_as_the_loose_decoder_reads_it(line: byt
         assert got == _outcome(lambda: codec._loose_event(line, "line 3"))
     elif got[0] == "ok":
         assert "-0.0" not in got[1]
+    # The JSONL reader's per-line path answers the same (its own try of the strict
+    # decoder, then the same mechanism).
+    assert _outcome(lambda: codec._line_events(3, line, "line", ReadNotes())[0]) == got
 
 
 def test_minus_zero_in_the_envelope_stays_minus_zero_and_in_text_takes_the_strict_path(
