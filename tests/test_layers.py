@@ -231,6 +231,25 @@ def test_a_command_loads_its_own_group_of_commands_alone(tmp_path: Path) -> None
     assert commands == [name for names in GROUPS.values() for name in names]
 
 
+WEB_STACK = ("fastapi", "starlette", "uvicorn", "aiohttp", "surfacelog.gateway.app",
+             "surfacelog.gateway.deployment", "surfacelog.gateway.httpclient")
+"""What only ``run --via http`` (and ``serve``) needs: about 0.3 s of CPU at the start."""
+
+
+def test_run_loads_the_web_stack_only_for_via_http() -> None:
+    """The modules of ``surfacelog run`` (its workload and its display) import none of
+    the gateway's web stack: a run over Ray starts without it, ``--via http`` imports
+    it where it starts the gateway and its drivers."""
+    probe = ("import sys, json\n"
+             "import surfacelog.cli.loadrun, surfacelog.cli.run_display\n"
+             f"wanted = {WEB_STACK!r}\n"
+             "print(json.dumps(sorted({w for w in wanted for m in sys.modules\n"
+             "                         if m == w or m.startswith(w + '.')})))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
 def test_python_m_surfacelog_cli_runs_the_app() -> None:
     """``run`` verifies through ``python -m surfacelog.cli digest``."""
     out = subprocess.run([sys.executable, "-m", "surfacelog.cli", "--help"],

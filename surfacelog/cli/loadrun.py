@@ -45,8 +45,6 @@ from surfacelog.cli.localcluster import LocalCluster, disk_chaos, node_chaos, sh
 from surfacelog.cli.nodewatch import NodeWatch
 from surfacelog.cli.runmodel import NodeKill, RunConfig, RunResult, Sample, driver_cpus
 from surfacelog.gateway.auth import AuthConfig, parse_grants
-from surfacelog.gateway.deployment import start_gateway, stop_gateway
-from surfacelog.gateway.httpclient import RemoteHttpDriver
 from surfacelog.schema.errors import SurfacelogError
 from surfacelog.session.digest import SessionDigest, digest
 from surfacelog.store.digests import StoreReplay
@@ -258,6 +256,10 @@ async def run_workload(cfg: RunConfig,
         ray.nodes(), run_node, hosting.shards.shards))  # type: ignore[no-untyped-call]
     gateway_url: str | None = None
     if cfg.via == "http":
+        # Imported only here: the gateway's web stack (FastAPI, uvicorn, aiohttp) is
+        # about 0.3 s of CPU that every other run would pay at its start.
+        from surfacelog.gateway.httpclient import RemoteHttpDriver
+
         gateway_url, token = await asyncio.get_running_loop().run_in_executor(
             None, start_run_gateway, hosting)
         drivers = [RemoteHttpDriver.options(**opts).remote(hosting, script, gateway_url,
@@ -364,6 +366,8 @@ async def run_workload(cfg: RunConfig,
         for actor in (*drivers, compactor, pruner):
             ray.kill(actor)
         if gateway_url is not None:
+            from surfacelog.gateway.deployment import stop_gateway
+
             await asyncio.get_running_loop().run_in_executor(None, stop_gateway)
         await asyncio.get_running_loop().run_in_executor(None, client.shutdown)
     merged = _merge(parts)
@@ -417,6 +421,8 @@ def start_run_gateway(hosting: HostingConfig) -> tuple[str, str]:
     """Start the HTTP gateway over ``hosting`` on a free loopback port, with a token
     made for this run (never printed); returns its URL and the token. Raises what
     ``start_gateway`` raises."""
+    from surfacelog.gateway.deployment import start_gateway
+
     token = secrets.token_hex(24)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
