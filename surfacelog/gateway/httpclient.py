@@ -1,12 +1,12 @@
-"""A session handle over the gateway's HTTP API (aiohttp), for the load run's drivers
-(``surfacelog run --via http``): the calls an agent loop makes, with the same typed
-errors a ``SessionHandle`` raises, read back from the problem documents.
+"""A session handle over the gateway's HTTP API, for the load run's drivers (``surfacelog
+run --via http``): the calls an agent loop makes, with the same typed errors a
+``SessionHandle`` raises, read back from the problem documents.
 
-``HttpSessions`` holds one ``aiohttp.ClientSession`` (its connection pool) and the shard
+``HttpSessions`` holds one ``keepalive.KeepAliveClient`` (its connections) and the shard
 map (to name each session's shard in the figures); ``HttpSession`` is one session's
-handle. aiohttp rather than httpx: under the load run a driver spent about 3.7 ms of CPU
-per request in httpx (its transport layers: httpcore, anyio, h11), more than the
-gateway itself; aiohttp's C parser does the same work in a fraction of that.
+handle. Under the load run a driver spent about 3.7 ms of CPU per request in httpx (its
+transport layers: httpcore, anyio, h11), more than the gateway itself; aiohttp, used
+next, still ran several layers of Python per request (see ``keepalive``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from typing import Any, Final
 from urllib.parse import quote
 
-import aiohttp
 import msgspec
 import ray
 from msgspec import UNSET
@@ -26,6 +25,7 @@ from surfacelog.actors.driver import DriverActor, DriverHandle, DriverProgress
 from surfacelog.actors.protocol import Conflict, LoggedEvents, SessionUnavailable
 from surfacelog.actors.script import ScriptConfig
 from surfacelog.gateway.errors import GatewayError
+from surfacelog.gateway.keepalive import HttpReply, KeepAliveClient
 from surfacelog.schema.codec import JSON_ENCODER, decode_event
 from surfacelog.schema.errors import SurfacelogError
 from surfacelog.schema.events import Event
@@ -57,12 +57,7 @@ _BY_SLUG: Final[dict[str, type[SurfacelogError]]] = {
 }
 
 
-class _Reply(msgspec.Struct, frozen=True):
-    status: int
-    content: bytes
-
-
-def _raise_problem(reply: _Reply) -> None:
+def _raise_problem(reply: HttpReply) -> None:
     """Raise the typed error of a problem reply (any status >= 400)."""
     if reply.status < 400:
         return
@@ -101,29 +96,17 @@ class HttpSessions:
     resends to restarting actors; these count what the driver sends again)."""
 
     def __init__(self, url: str, token: str, shards: ShardMap) -> None:
-        self._url = url
-        self._headers = {"Authorization": f"Bearer {token}",
-                         "Content-Type": "application/json"}
-        self._http: aiohttp.ClientSession | None = None
+        self._http = KeepAliveClient(url, {"Authorization": f"Bearer {token}",
+                                           "Content-Type": "application/json"}, TIMEOUT_S)
         self.shards = shards
         self.resent = 0
         self.retry_for_s = TIMEOUT_S
 
-    def _session(self) -> aiohttp.ClientSession:
-        # Made on first use: an aiohttp session belongs to the running event loop.
-        if self._http is None:
-            self._http = aiohttp.ClientSession(
-                base_url=self._url, headers=self._headers,
-                timeout=aiohttp.ClientTimeout(total=TIMEOUT_S),
-                connector=aiohttp.TCPConnector(limit=256))
-        return self._http
-
     async def request(self, method: str, path: str, *, body: bytes | None = None,
-                      params: dict[str, int] | None = None) -> _Reply:
-        """Send one request; its status and body (read whole)."""
-        async with self._session().request(method, path, data=body,
-                                           params=params) as reply:
-            return _Reply(reply.status, await reply.read())
+                      params: dict[str, int] | None = None) -> HttpReply:
+        """Send one request; its status and body (read whole). Raises what
+        ``KeepAliveClient.request`` raises."""
+        return await self._http.request(method, path, body=body, params=params)
 
     async def shard_of(self, session_id: str) -> Shard:
         """The session's home shard (the run's sessions are created on their homes)."""
@@ -142,8 +125,7 @@ class HttpSessions:
         return HttpSession(self, session_id)
 
     async def close(self) -> None:
-        if self._http is not None:
-            await self._http.close()
+        await self._http.close()
 
 
 class HttpSession:
