@@ -45,7 +45,8 @@ from __future__ import annotations
 
 import copyreg
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any, Final, overload
 
 import msgspec
@@ -276,26 +277,42 @@ def append_reply(events: list[Event], appended: bool) -> AppendReply:
     return encode_events(events)
 
 
+def _rebuilt(request: bytes, first_seq: int, time: int) -> list[Event]:
+    """The events an ``AppendAck`` acknowledged, rebuilt from the append's request."""
+    specs = decode_append(request).specs
+    with gc_paused():
+        return [build_event(spec, first_seq + k, time, owned=True)
+                for k, spec in enumerate(specs)]
+
+
 class LoggedEvents(Sequence[Event]):
     """The events an append logged, as the client sees them: their count and seqs are
-    known at once, the events themselves are made on first use (rebuilt from the request
-    for an ``AppendAck`` reply, decoded otherwise). Compares equal to a list or tuple of
-    the same events."""
+    known at once, the events themselves made on first use where the reply allows it
+    (rebuilt from the request for an ``AppendAck`` reply; decoded from the reply of an
+    HTTP append, ``gateway.httpclient``). Compares equal to a list or tuple of the same
+    events."""
 
-    __slots__ = ("_count", "_events", "_first", "_request", "_time")
+    __slots__ = ("_count", "_events", "_first", "_make")
 
     def __init__(self, events: list[Event] | None, first_seq: int, count: int,
-                 time: int | None = None, request: bytes | None = None) -> None:
-        if events is None and (time is None or request is None):
-            raise ValueError("LoggedEvents needs the events, or the request and time")
+                 make: Callable[[], list[Event]] | None = None) -> None:
+        if events is None and make is None:
+            raise ValueError("LoggedEvents needs the events, or how to make them")
         self._events = events
         self._first, self._count = first_seq, count
-        self._time, self._request = time, request
+        self._make = make
 
     @classmethod
     def of(cls, events: list[Event]) -> LoggedEvents:
         """The events themselves."""
         return cls(events, events[0].seq if events else 0, len(events))
+
+    @classmethod
+    def made_later(cls, first_seq: int, count: int,
+                   make: Callable[[], list[Event]]) -> LoggedEvents:
+        """``count`` events from ``first_seq`` on, made by ``make`` on first use (which
+        raises what ``make`` raises, and ``ValueError`` when it makes another count)."""
+        return cls(None, first_seq, count, make)
 
     @classmethod
     def from_reply(cls, request: bytes, count: int, reply: AppendReply) -> LoggedEvents:
@@ -306,7 +323,8 @@ class LoggedEvents(Sequence[Event]):
             with gc_paused():
                 decoded = _REPLY_DECODER.decode(reply)
             if isinstance(decoded, AppendAck):
-                return cls(None, decoded.first_seq, count, decoded.time, request)
+                return cls(None, decoded.first_seq, count,
+                           partial(_rebuilt, request, decoded.first_seq, decoded.time))
             events = decoded
         if len(events) != count:
             raise ValueError(f"an append of {count} events was answered with "
@@ -321,12 +339,11 @@ class LoggedEvents(Sequence[Event]):
     def to_list(self) -> list[Event]:
         """The events (made once, then kept)."""
         if self._events is None:
-            assert self._time is not None and self._request is not None
-            specs = decode_append(self._request).specs
-            first, t = self._first, self._time
-            with gc_paused():
-                self._events = [build_event(spec, first + k, t, owned=True)
-                                for k, spec in enumerate(specs)]
+            assert self._make is not None
+            events = self._make()
+            if len(events) != self._count:
+                raise ValueError(f"{self._count} logged events were made as {len(events)}")
+            self._events, self._make = events, None
         return self._events
 
     def __len__(self) -> int:

@@ -90,6 +90,20 @@ def _events(content: bytes) -> list[Event]:
     return [decode_event(bytes(raw)) for raw in reply.events]
 
 
+def _logged(content: bytes, count: int) -> LoggedEvents:
+    """The reply of an append of ``count`` events: their seqs at once (``next`` is the
+    seq after the last), the events decoded on first use. A driver reads only the seqs:
+    decoding every event it sent was a fifth of its CPU. Raises ``ValueError`` when the
+    reply holds another count, ``msgspec.DecodeError`` when it is not such a reply."""
+    reply = msgspec.json.decode(content, type=_EventsReply)
+    if len(reply.events) != count:
+        raise ValueError(f"an append of {count} events was answered with "
+                         f"{len(reply.events)}")
+    raws = reply.events
+    return LoggedEvents.made_later(reply.next - count, count,
+                                   lambda: [decode_event(bytes(raw)) for raw in raws])
+
+
 class HttpSessions:
     """The gateway at ``url``, reached with ``token``; what ``HttpSession`` handles
     share. ``resent`` and ``retry_for_s`` mirror ``Client``'s (the gateway's own client
@@ -145,7 +159,7 @@ class HttpSession:
         reply = await self.client.request("POST", f"{self._path}/events:batch",
                                           body=JSON_ENCODER.encode(body))
         _raise_problem(reply)
-        return LoggedEvents.of(_events(reply.content))
+        return _logged(reply.content, len(specs))
 
     async def events(self, since_seq: int = 0, limit: int | None = None) -> list[Event]:
         params: dict[str, int] = {"since": since_seq}

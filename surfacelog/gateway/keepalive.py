@@ -91,15 +91,29 @@ class _Connection(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
 
-    async def exchange(self, request: bytes) -> HttpReply:
+    async def exchange(self, request: bytes, timeout_s: float) -> HttpReply:
         """Write ``request`` (head and body) and return its response. Raises
-        ``GatewayClosed`` when the connection ends first."""
+        ``GatewayClosed`` when the connection ends first, ``asyncio.TimeoutError`` when
+        no response is complete within ``timeout_s`` (the connection is then unusable:
+        its late response would answer the next request)."""
         if self._transport is None or self._transport.is_closing():
             raise GatewayClosed("the connection to the gateway is closed")
-        waiter: asyncio.Future[HttpReply] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[HttpReply] = loop.create_future()
         self._waiter = waiter
+        # A timer on the future, not asyncio.wait_for, which makes a task per request.
+        timer = loop.call_later(timeout_s, self._time_out, waiter, timeout_s)
         self._transport.write(request)
-        return await waiter
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
+
+    def _time_out(self, waiter: asyncio.Future[HttpReply], timeout_s: float) -> None:
+        if not waiter.done():
+            self.reusable = False
+            waiter.set_exception(asyncio.TimeoutError(
+                f"the gateway did not answer within {timeout_s} s"))
 
     def close(self) -> None:
         self.reusable = False
@@ -140,7 +154,7 @@ class KeepAliveClient:
         async with self._slots:
             conn = await self._connection()
             try:
-                reply = await asyncio.wait_for(conn.exchange(request), self._timeout_s)
+                reply = await conn.exchange(request, self._timeout_s)
             except BaseException:
                 self._drop(conn)
                 raise

@@ -90,6 +90,24 @@ def test_a_fresh_append_is_answered_by_first_seq_and_time() -> None:
     assert returned.seqs == range(5, 7) and returned == events == session.log[5:]
 
 
+def test_events_made_later_are_made_once_and_must_be_as_many_as_announced() -> None:
+    events = Session(clock=Clock()).append_batch(_specs()[:3])
+    made: list[int] = []
+
+    def make() -> list[Event]:
+        made.append(1)
+        return events
+
+    logged = LoggedEvents.made_later(0, 3, make)
+    assert logged.seqs == range(0, 3) and len(logged) == 3 and made == []
+    assert logged == events and logged[2] == events[2] and made == [1]
+    assert list(logged) == events and made == [1]
+    short = LoggedEvents.made_later(0, 4, lambda: events)
+    assert short.seqs == range(0, 4)
+    with pytest.raises(ValueError, match="4 logged events were made as 3"):
+        short.to_list()
+
+
 def test_a_retried_append_is_answered_by_the_logged_events() -> None:
     specs = _specs()[:3]
     request = encode_append("s", specs, 0)

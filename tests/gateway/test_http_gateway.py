@@ -892,3 +892,38 @@ def test_every_typed_error_maps_to_its_status() -> None:
     refused = problem_for(SurfaceError("range", "bad range", "user/message", 7)).body
     assert (refused["rule"], refused["eventType"], refused["seq"]) == ("range", "user/message", 7)
     assert problem_for(ForkError("OPEN_TURN", "open")).body["code"] == "OPEN_TURN"
+
+
+async def test_the_load_runs_http_handle_reads_seqs_at_once_and_events_on_use(
+        gateway: Gateway, http: httpx.AsyncClient) -> None:
+    """``HttpSession.append_batch`` (the load run's drivers) answers the seqs of what it
+    appended from the reply's ``next``; its events, decoded on first use, are the ones
+    the session logged; a conflict is the typed error a ``SessionHandle`` raises."""
+    from surfacelog.actors.protocol import Conflict
+    from surfacelog.gateway.httpclient import HttpSessions
+    from surfacelog.session import AppendSpec
+
+    sessions = HttpSessions(gateway.url, FULL, ShardMap.single(str(gateway.db)))
+    try:
+        assert await sessions.create("http-handle")
+        handle = sessions.session("http-handle")
+        first = await handle.append_batch([AppendSpec("turn/start", {"turn": 1})], 0)
+        logged = await handle.append_batch(
+            [AppendSpec("x-test/note", {"k": k}, ignorable=True) for k in range(3)], 1)
+        assert first.seqs == range(0, 1) and logged.seqs == range(1, 4)
+        r = await http.get("/v1/sessions/http-handle/events", params={"since": 1})
+        assert [e.seq for e in logged] == [1, 2, 3]
+        assert [json.loads(encode_json(e)) for e in logged] == r.json()["events"]
+        with pytest.raises(Conflict):
+            await handle.append_batch([AppendSpec("turn/end", {"turn": 1})], 1)
+    finally:
+        await sessions.close()
+
+
+def test_an_append_reply_of_another_count_is_refused() -> None:
+    from surfacelog.gateway.httpclient import _logged
+
+    reply = b'{"events": [{"type": "x-test/note", "seq": 4, "time": 1}], "next": 5}'
+    assert _logged(reply, 1).seqs == range(4, 5)
+    with pytest.raises(ValueError, match="an append of 2 events was answered with 1"):
+        _logged(reply, 2)
