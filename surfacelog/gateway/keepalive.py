@@ -124,7 +124,8 @@ class _Connection(asyncio.Protocol):
 class KeepAliveClient:
     """Requests to the origin of ``url`` (``http://host:port``) with ``headers`` sent on
     each, over at most ``LIMIT`` keep-alive connections; each request fails after
-    ``timeout_s``. Raises ``ValueError`` for a URL that is not plain ``http``."""
+    ``timeout_s``. Raises ``ValueError`` for a URL that is not plain ``http``, and for a
+    header that would not be one line of Latin-1 text."""
 
     def __init__(self, url: str, headers: Mapping[str, str], timeout_s: float) -> None:
         parts = urlsplit(url)
@@ -134,7 +135,14 @@ class KeepAliveClient:
         self._host = parts.hostname
         self._port = parts.port or 80
         fields = {"Host": parts.netloc, **headers}
-        self._fields = "".join(f"{name}: {value}\r\n" for name, value in fields.items())
+        for name, value in fields.items():
+            if any(c in f"{name}{value}" for c in "\r\n\0") or ":" in name:
+                raise ValueError(f"header {name!r}: a name and a value of one line each")
+        try:
+            self._fields = "".join(f"{name}: {value}\r\n"
+                                   for name, value in fields.items()).encode("latin-1")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"headers must be Latin-1 text: {exc}") from None
         self._timeout_s = timeout_s
         self._idle: list[_Connection] = []
         self._slots: asyncio.Semaphore | None = None
@@ -147,8 +155,9 @@ class KeepAliveClient:
         ``timeout_s``, ``OSError`` when no connection could be opened."""
         target = f"{path}?{urlencode(params)}" if params else path
         payload = body or b""
-        request = (f"{method} {target} HTTP/1.1\r\n{self._fields}"
-                   f"Content-Length: {len(payload)}\r\n\r\n").encode("latin-1") + payload
+        request = b"".join((f"{method} {target} HTTP/1.1\r\n".encode("ascii"), self._fields,
+                            f"Content-Length: {len(payload)}\r\n\r\n".encode("ascii"),
+                            payload))
         if self._slots is None:  # made in the running loop, as asyncio's objects must be
             self._slots = asyncio.Semaphore(LIMIT)
         async with self._slots:

@@ -246,3 +246,10 @@ async def test_no_server_is_an_os_error() -> None:
 def test_only_a_plain_http_origin_is_taken(url: str) -> None:
     with pytest.raises(ValueError, match="plain http"):
         KeepAliveClient(url, HEADERS, 30)
+
+
+@pytest.mark.parametrize("headers", [{"X-A": "one\r\nX-Injected: two"}, {"X-A\n": "v"},
+                                     {"X-A:": "v"}, {"X-A": "caf\u20ac"}])
+def test_a_header_that_is_not_one_latin_1_line_is_refused(headers: dict[str, str]) -> None:
+    with pytest.raises(ValueError, match="header"):
+        KeepAliveClient("http://127.0.0.1:1", headers, 30)
