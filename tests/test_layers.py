@@ -231,8 +231,9 @@ def test_a_command_loads_its_own_group_of_commands_alone(tmp_path: Path) -> None
     assert commands == [name for names in GROUPS.values() for name in names]
 
 
-WEB_STACK = ("fastapi", "starlette", "uvicorn", "aiohttp", "surfacelog.gateway.app",
-             "surfacelog.gateway.deployment", "surfacelog.gateway.httpclient")
+WEB_STACK = ("fastapi", "starlette", "uvicorn", "httptools", "aiohttp",
+             "surfacelog.gateway.app", "surfacelog.gateway.deployment",
+             "surfacelog.gateway.httpclient", "surfacelog.gateway.keepalive")
 """What only ``run --via http`` (and ``serve``) needs: about 0.3 s of CPU at the start."""
 
 

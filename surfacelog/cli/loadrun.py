@@ -256,8 +256,8 @@ async def run_workload(cfg: RunConfig,
         ray.nodes(), run_node, hosting.shards.shards))  # type: ignore[no-untyped-call]
     gateway_url: str | None = None
     if cfg.via == "http":
-        # Imported only here: the gateway's web stack (FastAPI, uvicorn, aiohttp) is
-        # about 0.3 s of CPU that every other run would pay at its start.
+        # Imported only here: the gateway's web stack (FastAPI, uvicorn, the drivers'
+        # HTTP client) is about 0.3 s of CPU that every other run would pay at its start.
         from surfacelog.gateway.httpclient import RemoteHttpDriver
 
         gateway_url, token = await asyncio.get_running_loop().run_in_executor(
