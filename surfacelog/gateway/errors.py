@@ -53,6 +53,12 @@ class OutcomeUnknown(SurfacelogError):
     or may not have been logged. Resend with ``expectedSeq`` to make it exactly once."""
 
 
+class GatewayClosed(ConnectionError, SurfacelogError):
+    """The HTTP client's connection ended (or its response could not be parsed) before
+    the response was complete (``keepalive.KeepAliveClient``): the request's outcome is
+    unknown."""
+
+
 class GatewayError(SurfacelogError):
     """The gateway refused a request with a problem this client has no type for."""
 

@@ -22,6 +22,8 @@ from urllib.parse import urlencode, urlsplit
 
 import httptools
 
+from surfacelog.gateway.errors import GatewayClosed
+
 LIMIT: Final = 256
 """Connections open at once to the origin, at most (requests beyond wait for one)."""
 
@@ -31,11 +33,6 @@ class HttpReply(NamedTuple):
 
     status: int
     content: bytes
-
-
-class GatewayClosed(ConnectionError):
-    """The connection ended (or its response could not be parsed) before the response
-    was complete: the request's outcome is unknown."""
 
 
 class _Connection(asyncio.Protocol):

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from surfacelog.gateway.errors import GatewayClosed
 from surfacelog.gateway.ingress import AsgiThread
-from surfacelog.gateway.keepalive import GatewayClosed, KeepAliveClient
+from surfacelog.gateway.keepalive import KeepAliveClient
 
 from support.ports import free_port
 
