@@ -85,9 +85,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     tests of one of ``SERIAL_GROUPS``, which go to one worker together, and the tests
     of a module with a module-scoped fixture, which go to one worker together too: a
     module fixture is set up once per worker that runs one of its tests, and the
-    gateway's (a Serve application) was set up on all three workers. Units are handed
-    out largest first (xdist orders them by their number of tests), so a group does
-    not end the run alone."""
+    gateway's (its uvicorn replicas and deployment) was set up on all three workers.
+    Units are handed out largest first (xdist orders them by their number of tests),
+    so a group does not end the run alone."""
     from xdist.scheduler import LoadScopeScheduling
 
     shared = modules_with_module_fixtures(config.rootpath / "tests")

@@ -99,18 +99,16 @@ class _Connection(asyncio.Protocol):
         waiter: asyncio.Future[HttpReply] = loop.create_future()
         self._waiter = waiter
         # A timer on the future, not asyncio.wait_for, which makes a task per request.
-        timer = loop.call_later(timeout_s, self._time_out, waiter, timeout_s)
+        timer = loop.call_later(timeout_s, self._time_out, timeout_s)
         self._transport.write(request)
         try:
             return await waiter
         finally:
             timer.cancel()
 
-    def _time_out(self, waiter: asyncio.Future[HttpReply], timeout_s: float) -> None:
-        if not waiter.done():
-            self.reusable = False
-            waiter.set_exception(asyncio.TimeoutError(
-                f"the gateway did not answer within {timeout_s} s"))
+    def _time_out(self, timeout_s: float) -> None:
+        self.reusable = False
+        self._fail(asyncio.TimeoutError(f"the gateway did not answer within {timeout_s} s"))
 
     def close(self) -> None:
         self.reusable = False
