@@ -9,12 +9,15 @@ Ray starts even with ``include_dashboard=False``).
 
 Recording is one call per request, never one per event: a counter takes the batch's
 event count as its increment, a histogram observes one value per call or group commit.
+The appended events' counter records less often still: once for the requests answered
+in one step of the event loop (``Recorder.appended``).
 The metric objects are made once per process, on first use (``Metrics.get``), inside the
 actor that records them; a ``Recorder`` holds one actor's tags.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import ClassVar, Final
 
@@ -92,7 +95,7 @@ class Metrics:
 class Recorder:
     """One actor's view of the metrics: its tags bound once."""
 
-    __slots__ = ("_failure_tags", "_m", "_queue_tags", "tags")
+    __slots__ = ("_failure_tags", "_m", "_queue_tags", "_unrecorded_events", "tags")
 
     def __init__(self, placement: str, writer: str, shard: str) -> None:
         self._m = Metrics.get()
@@ -100,6 +103,7 @@ class Recorder:
                                      "shard": shard}
         self._failure_tags: dict[str, dict[str, str]] = {}
         self._queue_tags: dict[str, dict[str, str]] = {}
+        self._unrecorded_events = 0
 
     def __reduce__(self) -> tuple[type[Recorder], tuple[str, str, str]]:
         # Crosses Ray as its tags: the metric objects are made where it is used.
@@ -109,11 +113,28 @@ class Recorder:
     def appended(self, events: int, seconds: float) -> None:
         """One append request served: ``events`` appended by it (0 for a retry found in
         the log), in ``seconds``."""
-        m, tags = self._m, self.tags
         if events:  # a counter refuses an increment of 0
-            m.append_events.inc(events, tags)
+            self._add_events(events)
         # The histogram's count is the calls' counter: one record less per request.
-        m.append_latency.observe(seconds * 1000.0, tags)
+        self._m.append_latency.observe(seconds * 1000.0, self.tags)
+
+    def _add_events(self, events: int) -> None:
+        """Count ``events`` appended. Each record is a call into Ray's native code, and
+        the requests of a coalesced call are answered in one step of the event loop (by
+        their group commit): what they add is recorded once, by the loop's next step
+        (at once outside a running loop)."""
+        if not self._unrecorded_events:
+            try:
+                asyncio.get_running_loop().call_soon(self._record_events)
+            except RuntimeError:  # no running loop
+                self._m.append_events.inc(events, self.tags)
+                return
+        self._unrecorded_events += events
+
+    def _record_events(self) -> None:
+        events, self._unrecorded_events = self._unrecorded_events, 0
+        if events:
+            self._m.append_events.inc(events, self.tags)
 
     def committed(self, batches: int, events: int, seconds: float, queued: int) -> None:
         """One group commit of ``events`` (in ``batches``) took ``seconds``; ``queued``

@@ -9,9 +9,10 @@ what a journal answers (``WRITER_METHODS``). ``client.start_writer`` and
 ``SessionActor`` serves both placements (an ``OwnerActor`` is packed). ``dedicated``:
 the actor is named by its session id and hosts that one session (the design card's
 shape); ``packed``: the actor is named by a shard number and hosts every session whose
-id hashes to it. Either way a session is activated on its first request (loaded from the
-store, crash-repaired), serves requests one mutation at a time, and passivates after
-``idle_timeout_s`` without requests (a dedicated actor then exits, freeing its process).
+id hashes to it. Either way its ``SessionHost`` (``actors.hosting``) activates a session
+on its first request (loaded from the store, crash-repaired), serves requests one
+mutation at a time, and passivates it after ``idle_timeout_s`` without requests (a
+dedicated actor then exits, freeing its process).
 A crashed actor is restarted by Ray (``max_restarts``) and activates its sessions again
 through the same load path; the store's writer epoch fences whatever the previous
 incarnation still tries to write.
@@ -19,8 +20,7 @@ incarnation still tries to write.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import inspect
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -36,18 +36,17 @@ from surfacelog.actors.coalesce import (
     requests_from_wire,
     run_coalesced,
 )
-from surfacelog.actors.config import NAMESPACE, Durability, HostingConfig, Placement, tune_gc
+from surfacelog.actors.config import NAMESPACE, HostingConfig, tune_gc
+from surfacelog.actors.hosting import SessionHost
 from surfacelog.actors.journal import JournalActor, JournalStore, journal_name
 from surfacelog.actors.metrics import Recorder
 from surfacelog.actors.protocol import (
     ActorStats,
     AppendReply,
     BatchPayload,
-    Conflict,
     EventsPayload,
     MessagesPayload,
     SessionStats,
-    SessionUnavailable,
     append_reply,
     decode_append,
     encode_events,
@@ -56,7 +55,7 @@ from surfacelog.actors.protocol import (
     pack_batch,
 )
 from surfacelog.actors.replication import ReplicaStatus, shard_writer_parts
-from surfacelog.runtime.live import RELOAD, LiveSession, StateDelta
+from surfacelog.runtime.live import LiveSession, StateDelta
 from surfacelog.schema.events import Event
 from surfacelog.schema.header import SessionHeader
 from surfacelog.session import AppendSpec, PruneCandidates, Replacement, SurfaceSnapshot
@@ -64,7 +63,6 @@ from surfacelog.session.compaction import CompactionRequest, PruneRequest
 from surfacelog.session.pressure import ContextPressure
 from surfacelog.store.base import EventStore, SessionInfo
 from surfacelog.store.digests import StoreReplay
-from surfacelog.store.errors import WriterFenced
 from surfacelog.store.rows import encode_batch
 
 T = TypeVar("T")
@@ -91,17 +89,13 @@ class SessionActor:
         when the shard's journal is not running (``start_writer`` starts it)."""
         tune_gc()
         self._metrics = Recorder(config.placement, config.writer, shard)
-        self._placement: Placement = config.placement
-        self._durability: Durability = config.durability
-        self._idle_timeout_s = config.idle_timeout_s
-        self._sessions: dict[str, LiveSession] = {}
-        self._activating: dict[str, asyncio.Lock] = {}
-        self._fenced: set[str] = set()
-        self._reaper: asyncio.Task[None] | None = None
-        self._activations = 0
-        self._passivations = 0
-        self._failed_passivations: list[str] = []
         self._attach(config, shard)
+        self._host = SessionHost(
+            self._get_store, self._metrics, durability=config.durability,
+            idle_timeout_s=config.idle_timeout_s,
+            # Its one session went idle: free the process. The next request creates a
+            # new actor under the same name.
+            on_empty=_exit_actor if config.placement == "dedicated" else None)
 
     def _attach(self, config: HostingConfig, shard: str) -> None:
         """Reach the shard's writer: its journal actor (``OwnerActor`` overrides this
@@ -116,97 +110,6 @@ class SessionActor:
     async def _get_store(self) -> EventStore:
         """The store this actor's sessions are activated from and write to."""
         return self._journal
-
-    # -- activation ------------------------------------------------------------------
-
-    async def _live(self, session_id: str, create: bool) -> LiveSession:
-        live = self._sessions.get(session_id)
-        if live is not None and live.closed is None:
-            return live
-        if session_id in self._fenced:
-            raise SessionUnavailable(f"session {session_id!r}: this actor incarnation was "
-                                     "fenced by a newer writer")
-        lock = self._activating.setdefault(session_id, asyncio.Lock())
-        async with lock:
-            live = self._sessions.get(session_id)
-            if live is None or live.closed is not None:
-                live = await LiveSession.activate(session_id, await self._get_store(),
-                                                  durability=self._durability, create=create)
-                self._sessions[session_id] = live
-                self._activations += 1
-                self._metrics.activated(session_id)
-                self._start_reaper()
-            return live
-
-    async def _run(self, session_id: str, op: Callable[[LiveSession], Awaitable[T]],
-                   create: bool = True) -> T:
-        for attempt in (0, 1):
-            live = await self._live(session_id, create)
-            try:
-                return await op(live)
-            except SessionUnavailable:
-                # Passivated between lookup and lock, or closed to reload after a failed
-                # write: activate again, once.
-                if live.closed not in ("passivated", RELOAD) or attempt:
-                    raise
-            except WriterFenced as exc:
-                self._fenced.add(session_id)
-                self._sessions.pop(session_id, None)
-                self._metrics.failed("fenced", session_id, exc)
-                raise
-            except Conflict:
-                self._metrics.conflict()
-                raise
-            except Exception as exc:
-                if live.closed == RELOAD:  # this request's write has an unknown outcome
-                    self._metrics.failed("write", session_id, exc)
-                raise
-        raise AssertionError("unreachable")
-
-    async def _read(self, session_id: str, op: Callable[[LiveSession], T]) -> T:
-        # Reads wait for an in-flight mutation: they never see events whose write may
-        # still fail and be rolled back.
-        async def call(live: LiveSession) -> T:
-            async with live.lock:
-                return op(live)
-        return await self._run(session_id, call)
-
-    def _start_reaper(self) -> None:
-        if self._idle_timeout_s is not None and (self._reaper is None or self._reaper.done()):
-            self._reaper = asyncio.get_running_loop().create_task(self._reap())
-
-    def _idle(self, live: LiveSession, idle_s: float) -> bool:
-        """Passivate after ``idle_timeout_s`` when no turn is open. A session inside a
-        turn is waiting for its agent (a slow model, a long tool): passivating it would
-        make reactivation close the turn as interrupted, so it gets ten times longer."""
-        assert self._idle_timeout_s is not None
-        if idle_s < self._idle_timeout_s:
-            return False
-        return live.turn_open() is None or idle_s >= 10 * self._idle_timeout_s
-
-    async def _reap(self) -> None:
-        assert self._idle_timeout_s is not None
-        loop = asyncio.get_running_loop()
-        period = max(0.05, min(self._idle_timeout_s / 2, 5.0))
-        while self._sessions:
-            await asyncio.sleep(period)
-            now = loop.time()
-            for sid, live in list(self._sessions.items()):
-                if not live.lock.locked() and self._idle(live, now - live.last_activity):
-                    try:
-                        await live.passivate()
-                    except Exception as exc:  # the live is closed regardless
-                        self._failed_passivations.append(failure_line(sid, exc))
-                        del self._failed_passivations[:-20]
-                        self._metrics.failed("passivation", sid, exc)
-                    if self._sessions.get(sid) is live:
-                        del self._sessions[sid]
-                        self._passivations += 1
-                        self._metrics.passivated(sid)
-                        if self._placement == "dedicated" and not self._sessions:
-                            # Its one session went idle: free the process. The next
-                            # request creates a new actor under the same name.
-                            ray.actor.exit_actor()  # type: ignore[no-untyped-call]
 
     # -- requests ----------------------------------------------------------------------
 
@@ -229,7 +132,7 @@ class SessionActor:
     async def append_batch(self, session_id: str, specs: Sequence[AppendSpec],
                            expected_seq: int | None = None) -> list[Event]:
         started = time.perf_counter()
-        events, appended = await self._run(session_id, lambda h: h.append_request(
+        events, appended = await self._host.run(session_id, lambda h: h.append_request(
             specs, expected_seq))
         self._metrics.appended(len(events) if appended else 0,
                                time.perf_counter() - started)
@@ -241,7 +144,7 @@ class SessionActor:
         """``append_batch`` with a state delta written in the same write, all or nothing
         (``LiveSession.append_request(state=...)``)."""
         started = time.perf_counter()
-        events, appended = await self._run(session_id, lambda h: h.append_request(
+        events, appended = await self._host.run(session_id, lambda h: h.append_request(
             specs, expected_seq, state=StateDelta(delta, at)))
         self._metrics.appended(len(events) if appended else 0,
                                time.perf_counter() - started)
@@ -252,7 +155,7 @@ class SessionActor:
         ``append_reply``. What ``SessionHandle`` uses: one argument, no pickling."""
         started = time.perf_counter()
         req = decode_append(request)
-        events, appended = await self._run(req.session_id, lambda h: h.append_request(
+        events, appended = await self._host.run(req.session_id, lambda h: h.append_request(
             req.specs, req.expected_seq, owned=True))
         self._metrics.appended(len(events) if appended else 0,
                                time.perf_counter() - started)
@@ -260,45 +163,47 @@ class SessionActor:
 
     async def events(self, session_id: str, since_seq: int = 0,
                      limit: int | None = None) -> list[Event]:
-        return await self._read(session_id, lambda h: h.events(since_seq, limit))
+        return await self._host.read(session_id, lambda h: h.events(since_seq, limit))
 
     async def events_wire(self, session_id: str, since_seq: int = 0,
                           limit: int | None = None) -> EventsPayload:
         """``events`` as ``encode_events`` bytes (what ``SessionHandle`` uses)."""
-        return encode_events(await self.events(session_id, since_seq, limit))
+        return encode_events(await self._host.read(session_id,
+                                                   lambda h: h.events(since_seq, limit)))
 
     async def surface(self, session_id: str) -> SurfaceSnapshot:
-        return await self._read(session_id, lambda h: h.surface())
+        return await self._host.read(session_id, lambda h: h.surface())
 
     async def surface_events(self, session_id: str) -> tuple[SurfaceSnapshot, list[Event]]:
-        return await self._read(session_id, lambda h: h.surface_events())
+        return await self._host.read(session_id, lambda h: h.surface_events())
 
     async def oversized_results(self, session_id: str, max_chars: int) -> PruneCandidates:
         """The current tool results over ``max_chars`` characters: what a pruner reads
         on each pass (nearly always none), not the whole surface."""
-        return await self._read(session_id, lambda h: h.oversized_results(max_chars))
+        return await self._host.read(session_id, lambda h: h.oversized_results(max_chars))
 
     async def derive_messages(self, session_id: str,
                               as_of: int | None = None) -> list[dict[str, Any]]:
-        return await self._read(session_id, lambda h: h.derive_messages(as_of))
+        return await self._host.read(session_id, lambda h: h.derive_messages(as_of))
 
     async def derive_wire(self, session_id: str, as_of: int | None = None
                           ) -> MessagesPayload:
         """``derive_messages`` as ``encode_messages`` bytes (what ``SessionHandle``
         uses)."""
-        return encode_messages(await self.derive_messages(session_id, as_of))
+        return encode_messages(await self._host.read(session_id,
+                                                     lambda h: h.derive_messages(as_of)))
 
     async def fold(self, session_id: str) -> list[Replacement]:
-        return await self._read(session_id, lambda h: h.fold())
+        return await self._host.read(session_id, lambda h: h.fold())
 
     async def compact(self, session_id: str, request: CompactionRequest) -> list[Event]:
-        return await self._run(session_id, lambda h: h.compact(request))
+        return await self._host.run(session_id, lambda h: h.compact(request))
 
     async def prune(self, session_id: str, request: PruneRequest) -> list[Event]:
-        return await self._run(session_id, lambda h: h.prune(request))
+        return await self._host.run(session_id, lambda h: h.prune(request))
 
     async def pressure(self, session_id: str) -> ContextPressure:
-        return await self._run(session_id, lambda h: h.pressure())
+        return await self._host.run(session_id, lambda h: h.pressure())
 
     async def held_pressures(self, session_ids: Sequence[str]
                              ) -> list[ContextPressure | None]:
@@ -306,7 +211,7 @@ class SessionActor:
         ``None`` for one it does not hold (nothing is loaded to answer). A watcher's
         pass asks once per actor, then sends its per-session requests only where there
         is work (``actors.compactor``)."""
-        return await self._held(session_ids, LiveSession.pressure_now, LiveSession.pressure)
+        return await self._host.held(session_ids, LiveSession.pressure_now, LiveSession.pressure)
 
     async def held_oversized(self, session_ids: Sequence[str], max_chars: int
                              ) -> list[bool | None]:
@@ -320,32 +225,10 @@ class SessionActor:
         async def later(live: LiveSession) -> bool:
             async with live.lock:
                 return bool(live.oversized_results(max_chars).nodes)
-        return await self._held(session_ids, now, later)
-
-    async def _held(self, session_ids: Sequence[str], now: Callable[[LiveSession], T | None],
-                    later: Callable[[LiveSession], Awaitable[T]]) -> list[T | None]:
-        """``now(live)`` for each held session, all in this one step of the loop, and
-        ``later(live)``, awaited side by side, for those whose ``now`` is ``None`` (a
-        mutation in flight holds the session's lock). With a task per session a pass
-        over 1,000 sessions took 9.0-10.5 ms, most of it the tasks; 1.6-2.8 ms so."""
-        answers: list[T | None] = [None] * len(session_ids)
-        busy: list[tuple[int, LiveSession]] = []
-        for k, session_id in enumerate(session_ids):
-            live = self._sessions.get(session_id)
-            if live is None or live.closed is not None:
-                continue
-            answers[k] = now(live)
-            if answers[k] is None:
-                busy.append((k, live))
-
-        async def wait(k: int, live: LiveSession) -> None:
-            with contextlib.suppress(SessionUnavailable):  # passivated: not held after all
-                answers[k] = await later(live)
-        await asyncio.gather(*(wait(k, live) for k, live in busy))
-        return answers
+        return await self._host.held(session_ids, now, later)
 
     async def set_context(self, session_id: str, payload: dict[str, Any]) -> Event | None:
-        return await self._run(session_id, lambda h: h.set_context(payload))
+        return await self._host.run(session_id, lambda h: h.set_context(payload))
 
     async def replace(self, session_id: str,
                       request: CompactionRequest | PruneRequest) -> list[Event]:
@@ -356,7 +239,7 @@ class SessionActor:
 
     async def fork(self, session_id: str, boundary: int | None,
                    child_id: str | None) -> SessionHeader:
-        return await self._run(session_id, lambda h: h.fork(boundary, child_id))
+        return await self._host.run(session_id, lambda h: h.fork(boundary, child_id))
 
     async def fork_seed(self, session_id: str, boundary: int | None,
                         child_id: str | None) -> tuple[SessionHeader, BatchPayload]:
@@ -366,31 +249,21 @@ class SessionActor:
             child = await live.fork_seed(boundary, child_id)
             assert child.header is not None and child.header.id is not None
             return child.header, pack_batch(encode_batch(child.header.id, child.log))
-        return await self._run(session_id, seed)
+        return await self._host.run(session_id, seed)
 
     async def flush(self, session_id: str) -> None:
-        await self._run(session_id, lambda h: h.flush())
+        await self._host.run(session_id, lambda h: h.flush())
 
     async def stats(self, session_id: str) -> SessionStats:
-        return await self._read(session_id, lambda h: h.stats())
+        return await self._host.read(session_id, lambda h: h.stats())
 
     async def header(self, session_id: str) -> SessionHeader:
         """The session's header (what an export writes first)."""
-        return await self._read(session_id, _header)
+        return await self._host.read(session_id, _header)
 
     async def passivate(self, session_id: str) -> bool:
         """Flush and drop ``session_id`` now; False when it was not active here."""
-        live = self._sessions.pop(session_id, None)
-        if live is None:
-            return False
-        self._passivations += 1
-        self._metrics.passivated(session_id)
-        try:
-            await live.passivate()
-        except Exception as exc:
-            self._metrics.failed("passivation", session_id, exc)
-            raise
-        return True
+        return await self._host.passivate(session_id)
 
     async def call_many(self, requests: WireCall) -> WireReply:
         """Several requests of one client process in one call (``actors.coalesce``:
@@ -398,29 +271,29 @@ class SessionActor:
         session's requests are applied in the order they came, different sessions' side
         by side, so that their writes share one group commit. A request for a method not in
         ``COALESCED`` is refused (its outcome is a ``ValueError``)."""
+        methods = _REQUESTS.get(type(self))
+        if methods is None:
+            methods = _REQUESTS[type(self)] = _requests_of(type(self))
+
         async def apply(request: Request) -> Any:
             if request.method not in COALESCED:
                 raise ValueError(f"{request.method!r} is not a request a coalesced call "
                                  "carries")
-            return await getattr(self, request.method)(*request.args)
+            return await methods[request.method](self, *request.args)
         return outcomes_to_wire(await run_coalesced(requests_from_wire(requests), apply))
 
     async def actor_stats(self) -> ActorStats:
         rss, uss = _memory()
-        return ActorStats(active_sessions=len(self._sessions), activations=self._activations,
-                         passivations=self._passivations, pid=os.getpid(), rss_bytes=rss,
-                         failed_passivations=tuple(self._failed_passivations),
+        host = self._host
+        return ActorStats(active_sessions=len(host.sessions), activations=host.activations,
+                         passivations=host.passivations, pid=os.getpid(), rss_bytes=rss,
+                         failed_passivations=tuple(host.failed_passivations),
                          **({} if uss is None else {"uss_bytes": uss}))
 
     async def shutdown(self) -> list[str]:
         """Passivate every session (flushing it); the actor then holds nothing. Returns
         the write failures found (``session: error``), after passivating all."""
-        failures: list[str] = []
-        for sid in list(self._sessions):
-            try:
-                await self.passivate(sid)
-            except Exception as exc:  # reported to the caller, per session
-                failures.append(failure_line(sid, exc))
+        failures = await self._host.passivate_all()
         try:
             await (await self._get_store()).flush()
         except Exception as exc:  # the journal itself: reported the same way
@@ -506,6 +379,23 @@ class OwnerActor(SessionActor):
         """``JournalActor.replay_digests``: the shard's committed sessions replayed on
         its node."""
         return await self._writer.replay_digests()
+
+
+def _exit_actor() -> None:
+    ray.actor.exit_actor()  # type: ignore[no-untyped-call]
+
+
+def _requests_of(cls: type[SessionActor]) -> dict[str, Callable[..., Awaitable[Any]]]:
+    """The ``COALESCED`` methods of ``cls`` as the class body defines them. In a Ray
+    actor, each method of the class is wrapped in a tracing coroutine (``functools.wraps``:
+    ``inspect.unwrap`` finds the method), which does nothing without a trace context
+    (never passed to a call from within the actor): ``call_many`` calls the methods
+    themselves, one coroutine less for every request it applies."""
+    return {name: inspect.unwrap(getattr(cls, name)) for name in COALESCED}
+
+
+_REQUESTS: dict[type[SessionActor], dict[str, Callable[..., Awaitable[Any]]]] = {}
+"""``_requests_of`` by class, made on first use (Ray subclasses an actor class)."""
 
 
 RemoteSessionActor: Any = ray.remote(SessionActor)

@@ -54,7 +54,7 @@ async def test_a_session_whose_lock_is_held_is_read_once_it_is_released(
         owner: OwnerActor) -> None:
     """A write in flight holds its session's lock until its batch is kept or rolled
     back: the pass waits for it, the other sessions read at once."""
-    live = owner._sessions["h1"]
+    live = owner._host.sessions["h1"]
     await live.lock.acquire()
     try:
         pressures_read = asyncio.ensure_future(owner.held_pressures(IDS))
