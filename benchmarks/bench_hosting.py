@@ -10,7 +10,11 @@ its own, ``SURFACELOG_COALESCE=0``, the behaviour before coalescing):
    through the hosted path's own code in this process (``SessionHandle``s on a
    ``CallLine``, the calls pickled as they cross Ray, applied by an ``OwnerActor``
    object's ``call_many``), no Ray (CPU per event beside the first):
-   what hosting costs per event before Ray's calls;
+   what hosting costs per event before Ray's calls; and the owner's side alone, per
+   request: coalesced calls of one durable chunk append per session applied by an
+   ``OwnerActor`` object whose class is wrapped as a Ray worker wraps it
+   (``raycompat.traced_like_an_actor``), beside the same appends made through
+   ``LiveSession.append_request`` (CPU per request, this process);
 2. ``surfacelog run --mode chunk``, 50 sessions, durable (events/s, p50/p99, CPU per
    event over every process, Ray calls per event);
 3. the same in batch mode;
@@ -60,10 +64,13 @@ from surfacelog.actors.coalesce import (
 )
 from surfacelog.actors.config import HostingConfig, tune_gc
 from surfacelog.actors.driver import DriverProgress, LocalHandle, SessionDriver
+from surfacelog.actors.protocol import encode_append
+from surfacelog.actors.raycompat import traced_like_an_actor
 from surfacelog.actors.script import AgentScript, AppendMode, ScriptConfig
 from surfacelog.actors.session_actor import OwnerActor
 from surfacelog.gateway.ingress import DIRECT_ENV
 from surfacelog.runtime.live import LiveSession
+from surfacelog.session import AppendSpec
 from surfacelog.store.shardmap import Shard, ShardMap
 from surfacelog.store.sqlite import SqliteEventStore
 
@@ -173,6 +180,79 @@ async def hosted_code_floor(folder: str, sessions: int, turns: int,
     finally:
         await owner.shutdown()
         await owner.close()
+
+
+# -- the owner's side of a coalesced call, per request ----------------------------------
+
+
+def _opening() -> list[AppendSpec]:
+    return [AppendSpec("turn/start", {"turn": 1}),
+            AppendSpec("step/start", {"turn": 1, "step": 1}),
+            AppendSpec("assistant/chunk", {"turn": 1, "step": 1, "chunk": {
+                "type": "block-start", "index": 0, "blockType": "text"}})]
+
+
+def _delta(k: int) -> AppendSpec:
+    return AppendSpec("assistant/chunk", {"turn": 1, "step": 1, "chunk": {
+        "type": "text-delta", "index": 0, "text": f"token {k} "}})
+
+
+async def owner_requests(folder: str, sessions: int, rounds: int) -> tuple[float, float]:
+    """CPU microseconds (this process, every thread) per durable one-chunk append, each
+    of ``rounds`` rounds appending once to each of ``sessions`` sessions, after a fifth
+    as many rounds to warm up: (1) each round one coalesced call of the wire requests
+    (made before the clock starts, as a client makes them) applied by an ``OwnerActor``
+    whose class is wrapped as a Ray worker wraps it; (2) each round the same appends made
+    through ``LiveSession.append_request`` on a durable SQLite store, gathered."""
+    warm = max(2, rounds // 5)
+    config = HostingConfig.single(os.path.join(folder, "owner-requests.db"),
+                                  placement="packed", writer="owner")
+    owner = traced_like_an_actor(OwnerActor)(config, config.shards.shards[0].name)
+    await owner.ready()
+    try:
+        ids = [f"o{k:04d}" for k in range(sessions)]
+        seqs = {}
+        for sid in ids:
+            logged = await owner.append_batch(sid, _opening())
+            seqs[sid] = logged[-1].seq + 1
+        calls = []
+        for r in range(warm + rounds):
+            requests = []
+            for sid in ids:
+                wire = encode_append(sid, [_delta(r)], seqs[sid])
+                assert wire is not None
+                requests.append(Request("append_wire", (wire,), sid, len(wire)))
+                seqs[sid] += 1
+            calls.append(requests_to_wire(requests))
+        for call in calls[:warm]:
+            await owner.call_many(call)
+        cpu = time.process_time()
+        for call in calls[warm:]:
+            outcomes = outcomes_from_wire(await owner.call_many(call))
+            if any(o.error is not None for o in outcomes):
+                raise RuntimeError(f"owner requests: {outcomes[0].error!r}")
+        actor_us = 1e6 * (time.process_time() - cpu) / (rounds * sessions)
+    finally:
+        await owner.shutdown()
+        await owner.close()
+    store = await SqliteEventStore.open(os.path.join(folder, "live-requests.db"))
+    try:
+        lives = [await LiveSession.activate(sid, store) for sid in ids]
+        for live in lives:
+            await live.append_request(_opening())
+
+        async def round_of(r: int) -> None:
+            await asyncio.gather(*(live.append_request([_delta(r)], len(live.session))
+                                   for live in lives))
+        for r in range(warm):
+            await round_of(r)
+        cpu = time.process_time()
+        for r in range(warm, warm + rounds):
+            await round_of(r)
+        live_us = 1e6 * (time.process_time() - cpu) / (rounds * sessions)
+    finally:
+        await store.close()
+    return actor_us, live_us
 
 
 # -- the no-op call ---------------------------------------------------------------------------
@@ -303,6 +383,11 @@ def run_all(folder: str, quick: bool) -> Report:
                           code.cpu_ms, "ms", "in process", floor.cpu_ms,
                           note=f"{code.rate:,.0f} events/s; the owner actor's class, "
                           "coalesced wire requests, no Ray"))
+    actor_us, live_us = asyncio.run(owner_requests(folder, sessions, 40 if quick else 250))
+    report.add(Result("1", "the owner's side of a coalesced append, in process: CPU per "
+                      "request", actor_us, "us", "LiveSession.append_request", live_us,
+                      note=f"{sessions} sessions, one durable chunk append each per call; "
+                      "the class wrapped as in a Ray worker"))
     base = ["--sessions", str(sessions), "--turns", str(turns)]
     # --quick (the smoke test) skips the batch row: its path is the chunk row's.
     for section, mode in (("2", "chunk"),) if quick else (("2", "chunk"), ("3", "batch")):

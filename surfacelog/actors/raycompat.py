@@ -12,7 +12,10 @@ below:
 - ``require_token_auth``, ``ensure_auth_token``, ``reload_ray_config`` and
   ``auth_mode``: Ray's token
   authentication for a ``ray.cluster_utils.Cluster`` started by hand
-  (``cli/localcluster.py``, the cluster tests and benchmarks).
+  (``cli/localcluster.py``, the cluster tests and benchmarks);
+- ``traced_like_an_actor``: an actor class's methods wrapped as Ray wraps them in its
+  worker, for a benchmark that measures the class in one process
+  (``benchmarks/bench_hosting.py``).
 
 Each private name is a ``PrivateName`` of ``USED``, with the call the code makes.
 ``tests/actors/test_raycompat.py`` checks every one against the installed Ray (it
@@ -26,9 +29,11 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, TypeVar
 
 from surfacelog.actors.errors import RayCompatError
+
+T = TypeVar("T")
 
 CHECKED_WITH: Final = "2.60.0"
 """The Ray release every name of ``USED`` was checked against."""
@@ -74,9 +79,12 @@ GET_AUTHENTICATION_MODE: Final = PrivateName("ray._raylet", "get_authentication_
 TOKEN_MODE: Final = PrivateName("ray._raylet", "AuthenticationMode.TOKEN")
 CONFIG_INITIALIZE: Final = PrivateName("ray._raylet", "Config.initialize",
                                        call=(("",), {}))
+INJECT_TRACING: Final = PrivateName("ray.util.tracing.tracing_helper",
+                                    "_inject_tracing_into_class", call=((object,), {}))
 
 USED: Final = (ENABLE_RAY_CLUSTER, PROCESS_TYPE_GCS_SERVER, GLOBAL_NODE, KILL_ALL_PROCESSES,
-               ENSURE_TOKEN, GET_AUTHENTICATION_MODE, TOKEN_MODE, CONFIG_INITIALIZE)
+               ENSURE_TOKEN, GET_AUTHENTICATION_MODE, TOKEN_MODE, CONFIG_INITIALIZE,
+               INJECT_TRACING)
 """Every private name of Ray the package uses."""
 
 
@@ -217,7 +225,23 @@ def auth_mode() -> str:
     return "token" if mode == resolve(TOKEN_MODE) else str(mode)
 
 
+# -- an actor class as Ray's worker runs it ---------------------------------------------
+
+
+def traced_like_an_actor(cls: type[T]) -> type[T]:
+    """A subclass of ``cls`` whose methods are wrapped as a Ray worker wraps those of
+    the actor class it hosts (a tracing coroutine around each, a no-op without a trace
+    context): to measure in one process what the class costs in an actor. As in a
+    worker, Ray also gives each of ``cls``'s own functions a ``__signature__`` naming
+    the trace context (``_ray_trace_ctx``). Raises ``RayCompatError`` when this Ray
+    lacks the call."""
+    check(INJECT_TRACING)
+    traced = type(cls.__name__, (cls,), {"__module__": cls.__module__})
+    resolve(INJECT_TRACING)(traced)
+    return traced
+
+
 __all__ = ["CHECKED_WITH", "USED", "PrivateName", "RayCompatError", "auth_mode", "check",
            "ensure_auth_token", "gcs_server_pid", "kill_local_ray_processes",
            "ray_version", "reload_ray_config", "require_token_auth", "resolve",
-           "set_cluster_switch"]
+           "set_cluster_switch", "traced_like_an_actor"]

@@ -6,6 +6,7 @@ it."""
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from pathlib import Path
 
@@ -81,6 +82,24 @@ def test_the_cluster_switch_is_set_on_the_imported_constant() -> None:
 def test_token_authentication_is_there() -> None:
     raycompat.require_token_auth()
     assert isinstance(raycompat.auth_mode(), str)
+
+
+class _Plain:
+    def __init__(self, base: int) -> None:
+        self.base = base
+
+    async def add(self, n: int) -> int:
+        return self.base + n
+
+
+async def test_a_class_traced_like_an_actor_wraps_each_method_and_still_answers() -> None:
+    traced = raycompat.traced_like_an_actor(_Plain)
+    assert issubclass(traced, _Plain) and traced.__name__ == "_Plain"
+    # Wrapped as a Ray worker wraps an actor class's methods (functools.wraps), the
+    # class itself untouched.
+    assert traced.add is not _Plain.add and inspect.unwrap(traced.add) is _Plain.add
+    assert not hasattr(_Plain.add, "__wrapped__")
+    assert await traced(40).add(2) == 42
 
 
 # -- nothing else reaches Ray's private modules -----------------------------------------

@@ -15,6 +15,7 @@ from support import paths
 
 BENCH = paths.BENCHMARKS / "bench_hosting.py"
 PREFIX = "BENCH_HOSTING_JSON "
+OWNER_ROW = "the owner's side of a coalesced append, in process: CPU per request"
 
 
 def test_quick_run_prints_every_row() -> None:
@@ -31,7 +32,7 @@ def test_quick_run_prints_every_row() -> None:
                  "chunk, 4 sessions: p50", "chunk, 4 sessions: CPU per event",
                  "chunk, 4 sessions: CPU per event, OwnerActor",
                  "chunk, 4 sessions: CPU per event, DriverActor",
-                 "chunk, 4 sessions: CPU per event, every other process"):
+                 "chunk, 4 sessions: CPU per event, every other process", OWNER_ROW):
         assert name in rows, (name, sorted(rows))
     for row in rows.values():
         assert math.isfinite(row["value"]) and row["value"] > 0, row
@@ -46,3 +47,5 @@ def test_quick_run_prints_every_row() -> None:
                                        rel=0.02, abs=0.01)
     # The hosted path's code ran the same workload, its CPU beside the in-process one's.
     assert rows["hosted path's code in process, chunk mode: CPU per event"]["baseline"] > 0
+    # The owner's side alone, per request, beside the session's own append.
+    assert rows[OWNER_ROW]["baseline"] > 0
