@@ -576,7 +576,9 @@ class Client:
 
     def shutdown(self) -> list[str]:
         """Passivate (flush) and kill every actor this client resolved, and the writers.
-        Returns ``passivate_all``'s write failures (the actors are stopped regardless)."""
+        Returns ``passivate_all``'s write failures and each writer whose close failed
+        (``(shard NAME close): error``: its last commits did not make it, a full disk
+        say); the actors are stopped regardless."""
         failures: list[str] = []
 
         async def passivate() -> None:
@@ -588,10 +590,13 @@ class Client:
             # The writers close first (with ``writer="owner"`` they are among the
             # session actors): a writer's close stops its shard's Litestream after a
             # last sync, which a kill would cut short (Ray kills a worker's children
-            # with it).
-            for writer in self.writers.values():
-                with contextlib.suppress(RayActorError, GetTimeoutError):
-                    ray.get(writer.close.remote(), timeout=self.retry_for_s)
+            # with it). A writer lost or not answering is killed below all the same.
+            for name, writer in self.writers.items():
+                try:
+                    with contextlib.suppress(RayActorError, GetTimeoutError):
+                        ray.get(writer.close.remote(), timeout=self.retry_for_s)
+                except RayTaskError as exc:  # the writer's own error, as its close raised it
+                    failures.append(failure_line(f"(shard {name} close)", _unwrap(exc)))
             for actor in self._actors.values():
                 ray.kill(actor, no_restart=True)
             for writer in self.writers.values():

@@ -369,7 +369,10 @@ async def run_workload(cfg: RunConfig,
             from surfacelog.gateway.deployment import stop_gateway
 
             await asyncio.get_running_loop().run_in_executor(None, stop_gateway)
-        await asyncio.get_running_loop().run_in_executor(None, client.shutdown)
+        # The writers' last commits happen as they close: a failure there (a full disk)
+        # is a write failure of the run like any other.
+        write_failures += await asyncio.get_running_loop().run_in_executor(
+            None, client.shutdown)
     merged = _merge(parts)
     merged.errors += n_drivers - len(parts)
     if cfg.durability == "durable":
