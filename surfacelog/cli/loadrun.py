@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from surfacelog.actors.client import Client, connect
@@ -323,14 +323,14 @@ async def run_workload(cfg: RunConfig,
             samples: list[Sample] = await _outcome(poller, "progress polling", [],
                                                    broken)
         parts = [r for r in results if isinstance(r, DriverProgress)]
-        broken += [f"a driver actor failed: {_describe(r)}"[:300]
+        broken += [f"a driver actor failed: {describe_error(r)}"[:300]
                    for r in results if not isinstance(r, DriverProgress)]
         for k, got in enumerate(stopped):
             if isinstance(got, CompactorStats):
                 cstats, pstats = (got, pstats) if k == 0 else (cstats, got)
             else:
                 broken.append(f"the {('compactor', 'pruner')[k]} actor failed: "
-                              f"{_describe(got)}"[:300])
+                              f"{describe_error(got)}"[:300])
         wall = time.time() - started
         cpu_s, by_kind = None, {}
         if cpu_before is not None:
@@ -361,7 +361,7 @@ async def run_workload(cfg: RunConfig,
                 problems += replayed.problems + replayed.misplaced(hosting.shards)
                 problems += compare(live, replayed.digests)
             except Exception as exc:  # e.g. a node lost meanwhile: reported, never raised
-                broken.append(f"verification could not complete: {_describe(exc)}")
+                broken.append(f"verification could not complete: {describe_error(exc)}")
     finally:
         for actor in (*drivers, compactor, pruner):
             ray.kill(actor)
@@ -462,13 +462,18 @@ async def _outcome(task: asyncio.Future[T], what: str, default: T,
     try:
         return await task
     except Exception as exc:
-        problems.append(f"{what} failed: {_describe(exc)}")
+        problems.append(f"{what} failed: {describe_error(exc)}")
         return default
 
 
-def _describe(exc: BaseException) -> str:
-    """One line naming ``exc``."""
-    return f"{type(exc).__name__}: {exc}".replace("\n", " ")[:400]
+def describe_error(exc: BaseException, limit: int = 400) -> str:
+    """One line naming ``exc``, at most ``limit`` characters. For an error an actor
+    raised, Ray's ``RayTaskError`` carries it with the actor's traceback and terminal
+    colours: the line names the actor's own error instead."""
+    cause = getattr(exc, "cause", None) if isinstance(exc, RayTaskError) else None
+    if isinstance(cause, BaseException):
+        exc = cause
+    return f"{type(exc).__name__}: {exc}".replace("\n", " ")[:limit]
 
 
 def cpu_by_process(titles: dict[int, str] | None = None) -> dict[int, float]:

@@ -20,7 +20,7 @@ from rich.table import Table
 from surfacelog.actors.client import init_ray
 from surfacelog.actors.raycompat import gcs_server_pid, kill_local_ray_processes
 from surfacelog.cli.errors import OutputError, RayUnreachable
-from surfacelog.cli.loadrun import run_workload
+from surfacelog.cli.loadrun import describe_error, run_workload
 from surfacelog.cli.localcluster import LocalCluster, make_shard_map, write_shard_map
 from surfacelog.cli.report_html import summary_rows, write_html
 from surfacelog.cli.runmodel import RunConfig, Sample
@@ -275,7 +275,7 @@ def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | N
 
 
 def _one_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".replace("\n", " ")[:500]
+    return describe_error(exc, 500)
 
 
 def _stop(cluster: LocalCluster | None, started_ray: bool, console: Console) -> None:

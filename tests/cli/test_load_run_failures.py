@@ -282,3 +282,20 @@ def test_a_full_disk_during_the_run_ends_with_its_report(tmp_path: Path) -> None
         verified = subprocess.run([*CLI, "verify", str(db)], env=ENV,
                                   capture_output=True, text=True, timeout=120)
         assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_an_actors_error_is_named_by_its_own_type_and_message() -> None:
+    """What a run prints on one line for an error an actor raised: the actor's own
+    error, not Ray's wrapping of it (the remote traceback, terminal colours)."""
+    from ray.exceptions import RayActorError, RayTaskError
+
+    from surfacelog.cli.loadrun import describe_error
+    from surfacelog.store.errors import CommitFailed
+
+    wrapped = RayTaskError("close", "Traceback (most recent call last):\n  File \"x\"",
+                           CommitFailed("group commit failed: database or disk is full"))
+    assert 'File "x"' in str(wrapped) and "\x1b[" in str(wrapped)
+    assert describe_error(wrapped) == ("CommitFailed: group commit failed: database or "
+                                       "disk is full")
+    assert describe_error(RayActorError()).startswith("RayActorError: ")
+    assert describe_error(ValueError("a\nb" + "c" * 500), 40) == "ValueError: a b" + "c" * 25
