@@ -6,7 +6,7 @@ requests.
 Plain asyncio, no Ray: a session actor (``session_actor``) holds one and calls it. Ray
 wraps every method of an actor class, its private ones too, in a tracing coroutine (a
 no-op unless tracing is on): kept on the actor, these helpers put two or three more
-coroutines under each request of a coalesced call, which is most of what they cost.
+coroutines under each request of a coalesced call.
 """
 
 from __future__ import annotations
