@@ -19,6 +19,7 @@ from rich.table import Table
 
 from surfacelog.actors.client import init_ray
 from surfacelog.actors.raycompat import gcs_server_pid, kill_local_ray_processes
+from surfacelog.cli.common import clean
 from surfacelog.cli.errors import OutputError, RayUnreachable
 from surfacelog.cli.loadrun import describe_error, run_workload
 from surfacelog.cli.localcluster import LocalCluster, make_shard_map, write_shard_map
@@ -275,7 +276,9 @@ def _run(cfg: RunConfig, console: Console, started_ray: bool, report_fd: int | N
 
 
 def _one_line(exc: BaseException) -> str:
-    return describe_error(exc, 500)
+    """``exc`` as one line safe to print on a terminal (its control characters shown as
+    escapes: an error's message may quote a session id or a payload)."""
+    return clean(describe_error(exc, 500))
 
 
 def _stop(cluster: LocalCluster | None, started_ray: bool, console: Console) -> None:

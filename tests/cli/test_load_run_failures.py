@@ -299,3 +299,10 @@ def test_an_actors_error_is_named_by_its_own_type_and_message() -> None:
                                        "disk is full")
     assert describe_error(RayActorError()).startswith("RayActorError: ")
     assert describe_error(ValueError("a\nb" + "c" * 500), 40) == "ValueError: a b" + "c" * 25
+
+
+def test_the_runs_one_line_messages_are_safe_on_a_terminal() -> None:
+    from surfacelog.cli.run_display import _one_line
+
+    assert _one_line(ValueError("session 'a\x1b[2Jb'")) == \
+        "ValueError: session 'a\\x1b[2Jb'"
