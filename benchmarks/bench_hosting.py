@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import pickle
@@ -46,7 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
@@ -148,6 +149,20 @@ async def in_process_floor(folder: str, sessions: int, turns: int,
 # -- the hosted path's own code, no Ray --------------------------------------------------
 
 
+@contextlib.asynccontextmanager
+async def _owner(path: str, cls: type[OwnerActor] = OwnerActor) -> AsyncIterator[OwnerActor]:
+    """An ``OwnerActor`` object of ``cls`` in this process, the writer of the one shard
+    at ``path``, ready; shut down and closed on leaving."""
+    config = HostingConfig.single(path, placement="packed", writer="owner")
+    owner = cls(config, config.shards.shards[0].name)
+    await owner.ready()
+    try:
+        yield owner
+    finally:
+        await owner.shutdown()
+        await owner.close()
+
+
 async def hosted_code_floor(folder: str, sessions: int, turns: int,
                             mode: AppendMode) -> Floor:
     """The workload of ``in_process_floor`` through the hosted path's own code, in this
@@ -155,31 +170,23 @@ async def hosted_code_floor(folder: str, sessions: int, turns: int,
     ``OwnerActor`` object, the coalesced requests and outcomes pickled as a Ray
     call's argument and reply are, applied by the actor's own ``call_many``. What hosting
     costs beyond the session's work, Ray's calls and processes excepted."""
-    config = HostingConfig.single(os.path.join(folder, f"hosted-code-{mode}.db"),
-                                  placement="packed", writer="owner")
-    owner = OwnerActor(config, config.shards.shards[0].name)
-    await owner.ready()
+    async with _owner(os.path.join(folder, f"hosted-code-{mode}.db")) as owner:
+        async def one(request: Request) -> Any:
+            args = pickle.loads(pickle.dumps(request.args, protocol=5))
+            return pickle.loads(pickle.dumps(await getattr(owner, request.method)(*args),
+                                             protocol=5))
 
-    async def one(request: Request) -> Any:
-        args = pickle.loads(pickle.dumps(request.args, protocol=5))
-        return pickle.loads(pickle.dumps(await getattr(owner, request.method)(*args),
-                                         protocol=5))
+        async def many(requests: Sequence[Request]) -> Sequence[Outcome]:
+            wire = pickle.loads(pickle.dumps(requests_to_wire(requests), protocol=5))
+            reply = await owner.call_many(wire)
+            return outcomes_from_wire(pickle.loads(pickle.dumps(reply, protocol=5)))
 
-    async def many(requests: Sequence[Request]) -> Sequence[Outcome]:
-        wire = pickle.loads(pickle.dumps(requests_to_wire(requests), protocol=5))
-        reply = await owner.call_many(wire)
-        return outcomes_from_wire(pickle.loads(pickle.dumps(reply, protocol=5)))
-
-    try:
         client = _LocalClient(CallLine(one, many))
         handles = [SessionHandle(client, f"s{k:04d}")  # type: ignore[arg-type]
                    for k in range(sessions)]
         for handle in handles:  # activated before the clock starts, as in_process_floor
             await handle.surface()
         return await _drive_floor(handles, mode, turns, "hosted code floor")
-    finally:
-        await owner.shutdown()
-        await owner.close()
 
 
 # -- the owner's side of a coalesced call, per request ----------------------------------
@@ -197,24 +204,10 @@ def _delta(k: int) -> AppendSpec:
         "type": "text-delta", "index": 0, "text": f"token {k} "}})
 
 
-async def owner_requests(folder: str, sessions: int, rounds: int) -> tuple[float, float]:
-    """CPU microseconds (this process, every thread) per durable one-chunk append, each
-    of ``rounds`` rounds appending once to each of ``sessions`` sessions, after a fifth
-    as many rounds to warm up: (1) each round one coalesced call of the wire requests
-    (made before the clock starts, as a client makes them) applied by an ``OwnerActor``
-    whose class is wrapped as a Ray worker wraps it; (2) each round the same appends made
-    through ``LiveSession.append_request`` on a durable SQLite store, gathered."""
-    warm = max(2, rounds // 5)
-    config = HostingConfig.single(os.path.join(folder, "owner-requests.db"),
-                                  placement="packed", writer="owner")
-    owner = traced_like_an_actor(OwnerActor)(config, config.shards.shards[0].name)
-    await owner.ready()
-    try:
-        ids = [f"o{k:04d}" for k in range(sessions)]
-        seqs = {}
-        for sid in ids:
-            logged = await owner.append_batch(sid, _opening())
-            seqs[sid] = logged[-1].seq + 1
+async def _owner_side(path: str, ids: list[str], rounds: int, warm: int) -> float:
+    """CPU microseconds per request of ``owner_requests``'s first measure."""
+    async with _owner(path, traced_like_an_actor(OwnerActor)) as owner:
+        seqs = {sid: (await owner.append_batch(sid, _opening()))[-1].seq + 1 for sid in ids}
         calls = []
         for r in range(warm + rounds):
             requests = []
@@ -224,35 +217,45 @@ async def owner_requests(folder: str, sessions: int, rounds: int) -> tuple[float
                 requests.append(Request("append_wire", (wire,), sid, len(wire)))
                 seqs[sid] += 1
             calls.append(requests_to_wire(requests))
-        for call in calls[:warm]:
-            await owner.call_many(call)
-        cpu = time.process_time()
-        for call in calls[warm:]:
-            outcomes = outcomes_from_wire(await owner.call_many(call))
-            if any(o.error is not None for o in outcomes):
-                raise RuntimeError(f"owner requests: {outcomes[0].error!r}")
-        actor_us = 1e6 * (time.process_time() - cpu) / (rounds * sessions)
-    finally:
-        await owner.shutdown()
-        await owner.close()
-    store = await SqliteEventStore.open(os.path.join(folder, "live-requests.db"))
+        cpu = 0.0
+        for r, call in enumerate(calls):
+            if r == warm:
+                cpu = time.process_time()
+            failed = [o.error for o in outcomes_from_wire(await owner.call_many(call))
+                      if o.error is not None]
+            if failed:
+                raise RuntimeError(f"owner requests: {failed[0]!r}")
+        return 1e6 * (time.process_time() - cpu) / (rounds * len(ids))
+
+
+async def _session_side(path: str, ids: list[str], rounds: int, warm: int) -> float:
+    """CPU microseconds per request of ``owner_requests``'s baseline."""
+    store = await SqliteEventStore.open(path)
     try:
         lives = [await LiveSession.activate(sid, store) for sid in ids]
         for live in lives:
             await live.append_request(_opening())
-
-        async def round_of(r: int) -> None:
+        cpu = 0.0
+        for r in range(warm + rounds):
+            if r == warm:
+                cpu = time.process_time()
             await asyncio.gather(*(live.append_request([_delta(r)], len(live.session))
                                    for live in lives))
-        for r in range(warm):
-            await round_of(r)
-        cpu = time.process_time()
-        for r in range(warm, warm + rounds):
-            await round_of(r)
-        live_us = 1e6 * (time.process_time() - cpu) / (rounds * sessions)
+        return 1e6 * (time.process_time() - cpu) / (rounds * len(ids))
     finally:
         await store.close()
-    return actor_us, live_us
+
+
+async def owner_requests(folder: str, sessions: int, rounds: int) -> tuple[float, float]:
+    """CPU microseconds (this process, every thread) per durable one-chunk append, each
+    of ``rounds`` rounds appending once to each of ``sessions`` sessions, after a fifth
+    as many rounds to warm up: (1) each round one coalesced call of the wire requests
+    (made before the clock starts, as a client makes them) applied by an ``OwnerActor``
+    whose class is wrapped as a Ray worker wraps it; (2) each round the same appends made
+    through ``LiveSession.append_request`` on a durable SQLite store, gathered."""
+    ids, warm = [f"o{k:04d}" for k in range(sessions)], max(2, rounds // 5)
+    return (await _owner_side(os.path.join(folder, "owner-requests.db"), ids, rounds, warm),
+            await _session_side(os.path.join(folder, "live-requests.db"), ids, rounds, warm))
 
 
 # -- the no-op call ---------------------------------------------------------------------------

@@ -228,8 +228,10 @@ def _payload_size(args: Sequence[Any]) -> int:
     return sum(len(a) for a in args if isinstance(a, (bytes, bytearray))) + 64
 
 
-def _unwrap(exc: RayTaskError) -> BaseException:
-    cause = getattr(exc, "cause", None)
+def actor_error(exc: BaseException) -> BaseException:
+    """The error an actor raised, when ``exc`` is Ray's ``RayTaskError`` carrying it
+    (with the actor's traceback and terminal colours); ``exc`` itself otherwise."""
+    cause = getattr(exc, "cause", None) if isinstance(exc, RayTaskError) else None
     return cause if isinstance(cause, BaseException) else exc
 
 
@@ -467,7 +469,7 @@ class Client:
                                     self.retry_for_s)
             return await within(send(False), self.retry_for_s)
         except RayTaskError as exc:
-            raise _unwrap(exc) from None
+            raise actor_error(exc) from None
         except (RayActorError, asyncio.TimeoutError) as exc:
             if isinstance(exc, RayActorError) and not idempotent:
                 raise
@@ -527,7 +529,7 @@ class Client:
                 replay: StoreReplay = await within(through_restarts(
                     lambda _again: writer.replay_digests.remote(), timeout_s), timeout_s)
             except RayTaskError as exc:
-                raise _unwrap(exc) from None
+                raise actor_error(exc) from None
             except (RayActorError, asyncio.TimeoutError) as exc:
                 raise ShardUnavailable(
                     f"shard {name!r} did not replay its sessions within {timeout_s:g} s "
@@ -561,7 +563,7 @@ class Client:
             try:
                 await within(flush_journal(journal), self.retry_for_s)
             except (RayActorError, RayTaskError, asyncio.TimeoutError) as exc:
-                error = _unwrap(exc) if isinstance(exc, RayTaskError) else exc
+                error = actor_error(exc)
                 subject = "(journal flush)" if len(self.writers) == 1 else \
                     f"(journal flush, shard {name})"
                 failures.append(failure_line(subject, error))
@@ -596,7 +598,7 @@ class Client:
                     with contextlib.suppress(RayActorError, GetTimeoutError):
                         ray.get(writer.close.remote(), timeout=self.retry_for_s)
                 except RayTaskError as exc:  # the writer's own error, as its close raised it
-                    failures.append(failure_line(f"(shard {name} close)", _unwrap(exc)))
+                    failures.append(failure_line(f"(shard {name} close)", actor_error(exc)))
             for actor in self._actors.values():
                 ray.kill(actor, no_restart=True)
             for writer in self.writers.values():
@@ -680,7 +682,7 @@ def connect(address: str | None = None, db: str = "surfacelog.db", *,
         except RayTaskError as exc:
             for started in writers.values():
                 ray.kill(started, no_restart=True)
-            raise _unwrap(exc) from None
+            raise actor_error(exc) from None
     return Client(config, writers)
 
 
@@ -722,7 +724,7 @@ class SessionHandle:
             except (RayTaskError, RequestError) as exc:
                 # The request's own error at the actor: Ray's wrapping of a call's, or a
                 # coalesced call's of one of its requests; handled alike.
-                error = _unwrap(exc) if isinstance(exc, RayTaskError) else exc.error
+                error = actor_error(exc) if isinstance(exc, RayTaskError) else exc.error
                 # The session actor's journal died or its commit failed: the session
                 # reloads from the store, and an idempotent request may be sent again.
                 if not (idempotent and relayed and isinstance(error, _UNKNOWN_OUTCOME)) \
@@ -876,7 +878,7 @@ class SessionHandle:
         try:
             await client.writers[shard.name].create_stored.remote(header, batch)
         except RayTaskError as exc:
-            error = _unwrap(exc)
+            error = actor_error(exc)
             if isinstance(error, SessionExists):
                 raise ForkError(SESSION_ALREADY_EXISTS,
                                 f"session {header.id!r} already exists") from None

@@ -96,6 +96,7 @@ class SessionActor:
             # Its one session went idle: free the process. The next request creates a
             # new actor under the same name.
             on_empty=_exit_actor if config.placement == "dedicated" else None)
+        self._requests = _requests_of(type(self))
 
     def _attach(self, config: HostingConfig, shard: str) -> None:
         """Reach the shard's writer: its journal actor (``OwnerActor`` overrides this
@@ -271,15 +272,12 @@ class SessionActor:
         session's requests are applied in the order they came, different sessions' side
         by side, so that their writes share one group commit. A request for a method not in
         ``COALESCED`` is refused (its outcome is a ``ValueError``)."""
-        methods = _REQUESTS.get(type(self))
-        if methods is None:
-            methods = _REQUESTS[type(self)] = _requests_of(type(self))
-
         async def apply(request: Request) -> Any:
-            if request.method not in COALESCED:
+            method = self._requests.get(request.method)  # the COALESCED ones only
+            if method is None:
                 raise ValueError(f"{request.method!r} is not a request a coalesced call "
                                  "carries")
-            return await methods[request.method](self, *request.args)
+            return await method(self, *request.args)
         return outcomes_to_wire(await run_coalesced(requests_from_wire(requests), apply))
 
     async def actor_stats(self) -> ActorStats:
@@ -387,15 +385,12 @@ def _exit_actor() -> None:
 
 def _requests_of(cls: type[SessionActor]) -> dict[str, Callable[..., Awaitable[Any]]]:
     """The ``COALESCED`` methods of ``cls`` as the class body defines them. In a Ray
-    actor, each method of the class is wrapped in a tracing coroutine (``functools.wraps``:
-    ``inspect.unwrap`` finds the method), which does nothing without a trace context
-    (never passed to a call from within the actor): ``call_many`` calls the methods
-    themselves, one coroutine less for every request it applies."""
+    actor, ``cls`` is Ray's subclass of the actor class, each of whose methods is
+    wrapped in a tracing coroutine (``functools.wraps``: ``inspect.unwrap`` finds the
+    method), which does nothing without a trace context (never passed to a call from
+    within the actor): ``call_many`` calls the methods themselves, one coroutine less
+    for every request it applies."""
     return {name: inspect.unwrap(getattr(cls, name)) for name in COALESCED}
-
-
-_REQUESTS: dict[type[SessionActor], dict[str, Callable[..., Awaitable[Any]]]] = {}
-"""``_requests_of`` by class, made on first use (Ray subclasses an actor class)."""
 
 
 RemoteSessionActor: Any = ray.remote(SessionActor)

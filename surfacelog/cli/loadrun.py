@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import ray
-from ray.exceptions import RayActorError, RayTaskError
+from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from surfacelog.actors.client import Client, connect
+from surfacelog.actors.client import Client, actor_error, connect
 from surfacelog.actors.compactor import (
     CompactorStats,
     RemoteCompactor,
@@ -467,12 +467,9 @@ async def _outcome(task: asyncio.Future[T], what: str, default: T,
 
 
 def describe_error(exc: BaseException, limit: int = 400) -> str:
-    """One line naming ``exc``, at most ``limit`` characters. For an error an actor
-    raised, Ray's ``RayTaskError`` carries it with the actor's traceback and terminal
-    colours: the line names the actor's own error instead."""
-    cause = getattr(exc, "cause", None) if isinstance(exc, RayTaskError) else None
-    if isinstance(cause, BaseException):
-        exc = cause
+    """One line naming ``exc``, at most ``limit`` characters; for an error an actor
+    raised, that error, not Ray's wrapping of it (``client.actor_error``)."""
+    exc = actor_error(exc)
     return f"{type(exc).__name__}: {exc}".replace("\n", " ")[:limit]
 
 
