@@ -44,10 +44,13 @@ from surfacelog.actors.protocol import (
     ActorStats,
     LoggedEvents,
     SessionStats,
+    actor_error,
     decode_events,
     decode_messages,
     encode_append,
     failure_line,
+    writer_close_subject,
+    writer_flush_subject,
 )
 from surfacelog.actors.raycompat import set_cluster_switch
 from surfacelog.actors.replication import shard_writer_parts
@@ -226,13 +229,6 @@ def _payload_size(args: Sequence[Any]) -> int:
     """The bytes an argument list carries, as far as a line's bound counts them: its
     encoded requests (``bytes``); other arguments are small."""
     return sum(len(a) for a in args if isinstance(a, (bytes, bytearray))) + 64
-
-
-def actor_error(exc: BaseException) -> BaseException:
-    """The error an actor raised, when ``exc`` is Ray's ``RayTaskError`` carrying it
-    (with the actor's traceback and terminal colours); ``exc`` itself otherwise."""
-    cause = getattr(exc, "cause", None) if isinstance(exc, RayTaskError) else None
-    return cause if isinstance(cause, BaseException) else exc
 
 
 class Client:
@@ -546,9 +542,12 @@ class Client:
     async def passivate_all(self) -> list[str]:
         """Passivate (flush) every session of every actor this client has resolved,
         then flush the journals (an owner writer is among those actors). Returns the
-        write failures found, one line per session (``session: error``); with buffered
-        durability each means acknowledged events that are not stored. Every session
-        is passivated either way."""
+        write failures found, one line per session (``session: error``) and one per
+        shard whose writer failed to flush (``(shard NAME flush): error``); with
+        buffered durability each means acknowledged events that are not stored. Every
+        session is passivated either way. A failure that several actors report alike
+        (each session actor of a shard finds its journal's flush failing) is listed
+        once."""
         actors = dict(self._actors)
         if self.config.writer == "owner":
             # The writers are session actors: shutting one down flushes its file.
@@ -557,17 +556,14 @@ class Client:
         found = await asyncio.gather(*(_shutdown_actor(name, actor, self.retry_for_s)
                                        for name, actor in actors.items()))
         failures = [line for lines in found for line in lines]
-        if self.config.writer == "owner":
-            return failures
-        for name, journal in self.writers.items():
-            try:
-                await within(flush_journal(journal), self.retry_for_s)
-            except (RayActorError, RayTaskError, asyncio.TimeoutError) as exc:
-                error = actor_error(exc)
-                subject = "(journal flush)" if len(self.writers) == 1 else \
-                    f"(journal flush, shard {name})"
-                failures.append(failure_line(subject, error))
-        return failures
+        if self.config.writer == "journal":
+            for name, journal in self.writers.items():
+                try:
+                    await within(flush_journal(journal), self.retry_for_s)
+                except (RayActorError, RayTaskError, asyncio.TimeoutError) as exc:
+                    failures.append(failure_line(writer_flush_subject(name),
+                                                 actor_error(exc)))
+        return list(dict.fromkeys(failures))
 
     async def flush(self) -> None:
         """``passivate_all``, raising ``StoreError`` when a write failed."""
@@ -580,7 +576,9 @@ class Client:
         """Passivate (flush) and kill every actor this client resolved, and the writers.
         Returns ``passivate_all``'s write failures and each writer whose close failed
         (``(shard NAME close): error``: its last commits did not make it, a full disk
-        say); the actors are stopped regardless."""
+        say), unless its flush had just failed with that very error (the same batches
+        refused again: listed once, as the flush's); the actors are stopped
+        regardless."""
         failures: list[str] = []
 
         async def passivate() -> None:
@@ -598,7 +596,9 @@ class Client:
                     with contextlib.suppress(RayActorError, GetTimeoutError):
                         ray.get(writer.close.remote(), timeout=self.retry_for_s)
                 except RayTaskError as exc:  # the writer's own error, as its close raised it
-                    failures.append(failure_line(f"(shard {name} close)", actor_error(exc)))
+                    error = actor_error(exc)
+                    if failure_line(writer_flush_subject(name), error) not in failures:
+                        failures.append(failure_line(writer_close_subject(name), error))
             for actor in self._actors.values():
                 ray.kill(actor, no_restart=True)
             for writer in self.writers.values():

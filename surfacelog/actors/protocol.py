@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import copyreg
 import math
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any, Final, overload
@@ -407,11 +408,39 @@ def decode_events(payload: EventsPayload) -> list[Event]:
     return payload
 
 
+def actor_error(exc: BaseException) -> BaseException:
+    """The error an actor raised, when ``exc`` is Ray's ``RayTaskError`` carrying it
+    (with the actor's traceback and terminal colours), unwrapped as often as it was
+    wrapped (a journal's error relayed by a session actor); ``exc`` itself otherwise.
+    Ray is not imported for this: an error is Ray's only once Ray is loaded."""
+    exceptions = sys.modules.get("ray.exceptions")
+    while exceptions is not None and isinstance(exc, exceptions.RayTaskError):
+        cause = getattr(exc, "cause", None)
+        if not isinstance(cause, BaseException):
+            break
+        exc = cause
+    return exc
+
+
 def failure_line(subject: str, exc: BaseException) -> str:
     """How a failure is reported in lists of them (write failures, failed
-    passivations): ``subject: ErrorClass: message``; the subject is a session id or,
-    for the journal, ``(journal flush)``."""
-    return f"{subject}: {type(exc).__name__}: {exc}"
+    passivations): ``subject: ErrorClass: message``, the error the actor raised
+    (``actor_error``); the subject is a session id or, for a shard's writer,
+    ``writer_flush_subject`` / ``writer_close_subject``."""
+    error = actor_error(exc)
+    return f"{subject}: {type(error).__name__}: {error}"
+
+
+def writer_flush_subject(shard: str) -> str:
+    """The subject of ``failure_line`` for shard ``shard``'s writer (its journal or
+    its owner actor) failing to flush: ``(shard NAME flush)``."""
+    return f"(shard {shard} flush)"
+
+
+def writer_close_subject(shard: str) -> str:
+    """The subject of ``failure_line`` for shard ``shard``'s writer failing to commit
+    its last batches as it closes: ``(shard NAME close)``."""
+    return f"(shard {shard} close)"
 
 
 class ActorStats(Struct, frozen=True):

@@ -53,6 +53,7 @@ from surfacelog.actors.protocol import (
     encode_messages,
     failure_line,
     pack_batch,
+    writer_flush_subject,
 )
 from surfacelog.actors.replication import ReplicaStatus, shard_writer_parts
 from surfacelog.runtime.live import LiveSession, StateDelta
@@ -88,6 +89,7 @@ class SessionActor:
         shard's sessions are hosted by an ``OwnerActor``), and Ray's ``ValueError``
         when the shard's journal is not running (``start_writer`` starts it)."""
         tune_gc()
+        self._shard = shard
         self._metrics = Recorder(config.placement, config.writer, shard)
         self._attach(config, shard)
         self._host = SessionHost(
@@ -290,12 +292,13 @@ class SessionActor:
 
     async def shutdown(self) -> list[str]:
         """Passivate every session (flushing it); the actor then holds nothing. Returns
-        the write failures found (``session: error``), after passivating all."""
+        the write failures found (``session: error``), after passivating all, and the
+        shard writer's own flush failing (``(shard NAME flush): error``)."""
         failures = await self._host.passivate_all()
         try:
             await (await self._get_store()).flush()
-        except Exception as exc:  # the journal itself: reported the same way
-            failures.append(failure_line("(journal flush)", exc))
+        except Exception as exc:  # the shard's writer itself: reported the same way
+            failures.append(failure_line(writer_flush_subject(self._shard), exc))
         return failures
 
 

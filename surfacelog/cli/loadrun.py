@@ -29,7 +29,7 @@ import ray
 from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from surfacelog.actors.client import Client, actor_error, connect
+from surfacelog.actors.client import Client, connect
 from surfacelog.actors.compactor import (
     CompactorStats,
     RemoteCompactor,
@@ -38,7 +38,7 @@ from surfacelog.actors.compactor import (
 )
 from surfacelog.actors.config import HostingConfig
 from surfacelog.actors.driver import DriverProgress, RemoteDriver
-from surfacelog.actors.protocol import failure_line
+from surfacelog.actors.protocol import actor_error, failure_line
 from surfacelog.actors.retry import Backoff, through_restarts
 from surfacelog.actors.script import ScriptConfig
 from surfacelog.cli.localcluster import LocalCluster, disk_chaos, node_chaos, shard_files
@@ -468,7 +468,7 @@ async def _outcome(task: asyncio.Future[T], what: str, default: T,
 
 def describe_error(exc: BaseException, limit: int = 400) -> str:
     """One line naming ``exc``, at most ``limit`` characters; for an error an actor
-    raised, that error, not Ray's wrapping of it (``client.actor_error``)."""
+    raised, that error, not Ray's wrapping of it (``protocol.actor_error``)."""
     exc = actor_error(exc)
     return f"{type(exc).__name__}: {exc}".replace("\n", " ")[:limit]
 

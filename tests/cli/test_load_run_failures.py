@@ -8,7 +8,6 @@ processes it starts, never for a fixed time."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -27,6 +26,7 @@ from surfacelog.cli.errors import DatabaseInUse
 from surfacelog.cli.runlock import RunLock
 
 from support import paths
+from support.disks import small_disk
 
 REPO = paths.REPO
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -245,21 +245,6 @@ def test_gcs_loss_is_one_line_and_exit_4(tmp_path: Path,
     assert "run failed: Ray's GCS" in err.decode()
 
 
-@contextlib.contextmanager
-def small_disk(target: Path, size: str) -> Iterator[Path]:
-    """A tmpfs of ``size`` mounted at ``target`` (root needed; skipped without)."""
-    target.mkdir(parents=True, exist_ok=True)
-    try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
-                        str(target)], check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"cannot mount a small tmpfs here: {exc}")
-    try:
-        yield target
-    finally:
-        subprocess.run(["umount", "-l", str(target)], check=False, capture_output=True)
-
-
 @pytest.mark.slow  # about 4 minutes: the failing commits are retried for 30 s windows
 def test_a_full_disk_during_the_run_ends_with_its_report(tmp_path: Path) -> None:
     """The database on a 1 MB tmpfs fills during the run. (``RLIMIT_FSIZE`` cannot
@@ -297,6 +282,9 @@ def test_an_actors_error_is_named_by_its_own_type_and_message() -> None:
     assert 'File "x"' in str(wrapped) and "\x1b[" in str(wrapped)
     assert describe_error(wrapped) == ("CommitFailed: group commit failed: database or "
                                        "disk is full")
+    # A journal's error relayed by a session actor: wrapped twice, named once.
+    relayed = RayTaskError("shutdown", "Traceback (most recent call last):", wrapped)
+    assert describe_error(relayed) == describe_error(wrapped)
     assert describe_error(RayActorError()).startswith("RayActorError: ")
     assert describe_error(ValueError("a\nb" + "c" * 500), 40) == "ValueError: a b" + "c" * 25
 
