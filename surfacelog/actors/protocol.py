@@ -416,7 +416,7 @@ def actor_error(exc: BaseException) -> BaseException:
     exceptions = sys.modules.get("ray.exceptions")
     while exceptions is not None and isinstance(exc, exceptions.RayTaskError):
         cause = getattr(exc, "cause", None)
-        if not isinstance(cause, BaseException):
+        if not isinstance(cause, BaseException) or cause is exc:
             break
         exc = cause
     return exc

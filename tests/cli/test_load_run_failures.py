@@ -285,6 +285,9 @@ def test_an_actors_error_is_named_by_its_own_type_and_message() -> None:
     # A journal's error relayed by a session actor: wrapped twice, named once.
     relayed = RayTaskError("shutdown", "Traceback (most recent call last):", wrapped)
     assert describe_error(relayed) == describe_error(wrapped)
+    looped = RayTaskError("close", "Traceback (most recent call last):", ValueError("x"))
+    looped.cause = looped  # never unwrapped forever
+    assert describe_error(looped).startswith("RayTaskError")
     assert describe_error(RayActorError()).startswith("RayActorError: ")
     assert describe_error(ValueError("a\nb" + "c" * 500), 40) == "ValueError: a b" + "c" * 25
 
