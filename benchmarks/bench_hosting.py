@@ -5,7 +5,8 @@ Rows (each hosted row with coalesced calls, and again with every request in a ca
 its own, ``SURFACELOG_COALESCE=0``, the behaviour before coalescing):
 
 1. floors: a no-op async-actor call, one at a time (calls/s and CPU per call over every
-   process); the scripted workload appended in this process through ``LiveSession`` +
+   process), and 50 at a time with and without Ray's task events (CPU per call, the
+   methods timed in alternating blocks); the scripted workload appended in this process through ``LiveSession`` +
    the SQLite store (durable), no Ray (events/s, CPU per event); the same workload
    through the hosted path's own code in this process (``SessionHandle``s on a
    ``CallLine``, the calls pickled as they cross Ray, applied by an ``OwnerActor``
@@ -261,9 +262,30 @@ async def owner_requests(folder: str, sessions: int, rounds: int) -> tuple[float
 # -- the no-op call ---------------------------------------------------------------------------
 
 
-def noop_call(n: int) -> tuple[float, float]:
-    """Calls/s of a no-op async-actor call made one at a time from this process, and the
-    CPU milliseconds per call summed over every process of the Ray it starts."""
+class NoopFloor(NamedTuple):
+    """``noop_call``'s figures."""
+
+    rate: float
+    """Calls/s, one at a time."""
+    cpu_ms: float
+    """CPU ms per call over every process, one at a time."""
+    busy_cpu_ms: float
+    """CPU ms per call over every process, ``IN_FLIGHT`` calls at a time."""
+    quiet_cpu_ms: float
+    """The same for a method declared ``enable_task_events=False`` (as ``call_many``)."""
+
+
+IN_FLIGHT: Final = 50
+"""Calls in flight at once in ``noop_call``'s task-events comparison: a hosting actor
+serves many callers' calls side by side."""
+
+
+def noop_call(n: int, blocks: int = 4) -> NoopFloor:
+    """A no-op async-actor call made one at a time from this process: calls/s and the
+    CPU per call summed over every process of the Ray it starts. Then the CPU per call
+    with ``IN_FLIGHT`` calls at a time, of that method and of one that reports no task
+    events to Ray's GCS, timed in ``blocks`` alternating blocks of ``n / blocks`` calls
+    each, on the same actor."""
     import ray
 
     from surfacelog.actors.client import init_ray
@@ -279,21 +301,34 @@ def noop_call(n: int) -> tuple[float, float]:
             async def ping(self) -> None:
                 return None
 
-        actor = Noop.remote()  # type: ignore[attr-defined]
-        ray.get(actor.ping.remote())
+            @ray.method(enable_task_events=False)
+            async def quiet(self) -> None:
+                return None
 
-        async def calls() -> float:
-            for _ in range(max(10, n // 10)):
-                await actor.ping.remote()
+        actor = Noop.remote()  # type: ignore[attr-defined]
+
+        async def calls(method: Any, count: int, at_once: int = 1) -> float:
             started = time.perf_counter()
-            for _ in range(n):
-                await actor.ping.remote()
+            for _ in range(max(1, count // at_once)):
+                await asyncio.gather(*(method.remote() for _ in range(at_once)))
             return time.perf_counter() - started
 
-        before = cpu_by_process()
-        elapsed = asyncio.run(calls())
-        cpu = cpu_spent(before, cpu_by_process())
-        return n / elapsed, 1000 * cpu / n
+        def measured(method: Any, count: int, at_once: int = 1) -> tuple[float, float]:
+            before = cpu_by_process()
+            elapsed = asyncio.run(calls(method, count, at_once))
+            return elapsed, cpu_spent(before, cpu_by_process())
+
+        asyncio.run(calls(actor.ping, max(10, n // 10)))
+        elapsed, cpu = measured(actor.ping, n)
+        per_block = max(IN_FLIGHT, n // blocks)
+        asyncio.run(calls(actor.quiet, per_block, IN_FLIGHT))
+        busy = {"ping": 0.0, "quiet": 0.0}
+        for _ in range(blocks):
+            for name in busy:
+                busy[name] += measured(getattr(actor, name), per_block, IN_FLIGHT)[1]
+        done = blocks * (per_block // IN_FLIGHT) * IN_FLIGHT
+        return NoopFloor(n / elapsed, 1000 * cpu / n, 1000 * busy["ping"] / done,
+                         1000 * busy["quiet"] / done)
     finally:
         ray.shutdown()
 
@@ -371,9 +406,13 @@ def run_all(folder: str, quick: bool) -> Report:
     report = Report()
     sessions, turns = (4, 1) if quick else (50, 4)
     print("1. floors", flush=True)
-    noop_rate, noop_cpu = noop_call(200 if quick else 3000)
-    report.add(Result("1", "no-op async-actor call, one at a time", noop_rate, "calls/s",
-                      note=f"CPU {noop_cpu:.3f} ms per call, all processes"))
+    noop = noop_call(200 if quick else 3000)
+    report.add(Result("1", "no-op async-actor call, one at a time", noop.rate, "calls/s",
+                      note=f"CPU {noop.cpu_ms:.3f} ms per call, all processes"))
+    report.add(Result("1", f"no-op call, {IN_FLIGHT} in flight, without Ray's task events: "
+                      "CPU per call", noop.quiet_cpu_ms, "ms", "with task events",
+                      noop.busy_cpu_ms, note="all processes; as call_many and append_many "
+                      "are declared"))
     floors, floor_cpu = {}, {}
     for mode in ("chunk",) if quick else ("chunk", "batch"):
         floor = asyncio.run(in_process_floor(folder, sessions, turns, mode))  # type: ignore[arg-type]
@@ -399,7 +438,7 @@ def run_all(folder: str, quick: bool) -> Report:
         after = hosted_run(folder, f"{mode}-{sessions}", args, True)
         before = hosted_run(folder, f"{mode}-{sessions}", args, False)
         _row(report, section, f"{mode}, {sessions} sessions", after, before, floors[mode],
-             noop_rate)
+             noop.rate)
         _split_rows(report, section, f"{mode}, {sessions} sessions", after,
                     floor_cpu[mode])
     if quick:  # the smoke test: rows 4 and 5 run the same code as row 2
@@ -436,7 +475,7 @@ def run_all(folder: str, quick: bool) -> Report:
     alone = hosted_run(folder, "alone", ["--sessions", "1", "--turns", str(turns),
                                          "--mode", "chunk", "--drivers", "1"], True)
     p50 = alone["append_latency_ms"]["p50"]
-    noop_ms = 1000 / noop_rate
+    noop_ms = 1000 / noop.rate
     # No target: each of these appends waits for its durable commit (an fsync), which
     # the no-op call does not; bench_actors' section 1 compares like with like.
     report.add(Result("5", "one session's durable chunk appends, one at a time: p50", p50,

@@ -234,6 +234,7 @@ class JournalActor:
                                                 epoch=epoch, durable=durable,
                                                 resend=resend)
 
+    @ray.method(enable_task_events=False)  # see SessionActor.call_many
     async def append_many(
         self, batches: list[tuple[str, BatchPayload, int]], resend: bool = False,
     ) -> list[BaseException | None]:

@@ -136,3 +136,14 @@ def test_outside_a_running_loop_events_are_counted_at_once() -> None:
     recorder.appended(4, 0.001)
     recorder.appended(2, 0.001)
     assert events.records == [4, 2]
+
+
+def test_the_calls_that_carry_many_requests_report_no_task_events() -> None:
+    """``call_many`` (drivers, gateway replicas and watchers to session actors) and
+    ``append_many`` (session actors to a shard's journal) are declared without Ray's
+    task events, as Ray Serve declares its replicas: at thousands of calls a second each
+    call's events cost CPU in the caller, the actor and the GCS."""
+    from surfacelog.actors.journal import JournalActor
+
+    for method in (OwnerActor.call_many, JournalActor.append_many):
+        assert getattr(method, "__ray_enable_task_events__", True) is False, method

@@ -16,6 +16,7 @@ from support import paths
 BENCH = paths.BENCHMARKS / "bench_hosting.py"
 PREFIX = "BENCH_HOSTING_JSON "
 OWNER_ROW = "the owner's side of a coalesced append, in process: CPU per request"
+QUIET_ROW = "no-op call, 50 in flight, without Ray's task events: CPU per call"
 
 
 def test_quick_run_prints_every_row() -> None:
@@ -32,7 +33,8 @@ def test_quick_run_prints_every_row() -> None:
                  "chunk, 4 sessions: p50", "chunk, 4 sessions: CPU per event",
                  "chunk, 4 sessions: CPU per event, OwnerActor",
                  "chunk, 4 sessions: CPU per event, DriverActor",
-                 "chunk, 4 sessions: CPU per event, every other process", OWNER_ROW):
+                 "chunk, 4 sessions: CPU per event, every other process", OWNER_ROW,
+                 QUIET_ROW):
         assert name in rows, (name, sorted(rows))
     for row in rows.values():
         assert math.isfinite(row["value"]) and row["value"] > 0, row
@@ -49,3 +51,5 @@ def test_quick_run_prints_every_row() -> None:
     assert rows["hosted path's code in process, chunk mode: CPU per event"]["baseline"] > 0
     # The owner's side alone, per request, beside the session's own append.
     assert rows[OWNER_ROW]["baseline"] > 0
+    # A no-op call without task events, beside the same call with them.
+    assert rows[QUIET_ROW]["baseline"] > 0
