@@ -6,11 +6,11 @@ its own, ``SURFACELOG_COALESCE=0``, the behaviour before coalescing):
 
 1. floors: a no-op async-actor call, one at a time (calls/s and CPU per call over every
    process), and 50 at a time with and without Ray's task events (CPU per call, the
-   methods timed in alternating blocks); the scripted workload appended in this process through ``LiveSession`` +
-   the SQLite store (durable), no Ray (events/s, CPU per event); the same workload
-   through the hosted path's own code in this process (``SessionHandle``s on a
-   ``CallLine``, the calls pickled as they cross Ray, applied by an ``OwnerActor``
-   object's ``call_many``), no Ray (CPU per event beside the first):
+   methods timed in alternating blocks); the scripted workload appended in this
+   process through ``LiveSession`` + the SQLite store (durable), no Ray (events/s, CPU
+   per event); the same workload through the hosted path's own code in this process
+   (``SessionHandle``s on a ``CallLine``, the calls pickled as they cross Ray, applied
+   by an ``OwnerActor`` object's ``call_many``), no Ray (CPU per event beside the first):
    what hosting costs per event before Ray's calls; and the owner's side alone, per
    request: coalesced calls of one durable chunk append per session applied by an
    ``OwnerActor`` object whose class is wrapped as a Ray worker wraps it
