@@ -561,8 +561,7 @@ class Client:
                 try:
                     await within(flush_journal(journal), self.retry_for_s)
                 except (RayActorError, RayTaskError, asyncio.TimeoutError) as exc:
-                    failures.append(failure_line(writer_flush_subject(name),
-                                                 actor_error(exc)))
+                    failures.append(failure_line(writer_flush_subject(name), exc))
         return list(dict.fromkeys(failures))
 
     async def flush(self) -> None:
@@ -596,9 +595,8 @@ class Client:
                     with contextlib.suppress(RayActorError, GetTimeoutError):
                         ray.get(writer.close.remote(), timeout=self.retry_for_s)
                 except RayTaskError as exc:  # the writer's own error, as its close raised it
-                    error = actor_error(exc)
-                    if failure_line(writer_flush_subject(name), error) not in failures:
-                        failures.append(failure_line(writer_close_subject(name), error))
+                    if failure_line(writer_flush_subject(name), exc) not in failures:
+                        failures.append(failure_line(writer_close_subject(name), exc))
             for actor in self._actors.values():
                 ray.kill(actor, no_restart=True)
             for writer in self.writers.values():

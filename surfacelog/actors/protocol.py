@@ -422,13 +422,18 @@ def actor_error(exc: BaseException) -> BaseException:
     return exc
 
 
+def error_line(exc: BaseException) -> str:
+    """``ErrorClass: message`` of the error the actor raised (``actor_error``)."""
+    error = actor_error(exc)
+    return f"{type(error).__name__}: {error}"
+
+
 def failure_line(subject: str, exc: BaseException) -> str:
     """How a failure is reported in lists of them (write failures, failed
-    passivations): ``subject: ErrorClass: message``, the error the actor raised
-    (``actor_error``); the subject is a session id or, for a shard's writer,
-    ``writer_flush_subject`` / ``writer_close_subject``."""
-    error = actor_error(exc)
-    return f"{subject}: {type(error).__name__}: {error}"
+    passivations): ``subject: ErrorClass: message`` (``error_line``); the subject is a
+    session id or, for a shard's writer, ``writer_flush_subject`` /
+    ``writer_close_subject``."""
+    return f"{subject}: {error_line(exc)}"
 
 
 def writer_flush_subject(shard: str) -> str:

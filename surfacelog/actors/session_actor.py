@@ -270,8 +270,8 @@ class SessionActor:
 
     # Ray records each call's state changes as "task events" in the caller and here, and
     # ships them to its GCS for its task list: CPU in three processes per call, at
-    # thousands of calls a second (bench_hosting section 1: 0.93-0.99x the CPU per no-op
-    # call without them, 50 in flight). Ray Serve turns them off for its replicas too.
+    # thousands of calls a second (bench_hosting section 1: 0.87-0.99x the CPU per no-op
+    # call without them, 50 in flight, four runs). Ray Serve turns them off for its replicas too.
     # The requests' own latency and outcomes are this package's metrics
     # (``actors.metrics``); Ray's task list no longer shows these calls.
     @ray.method(enable_task_events=False)

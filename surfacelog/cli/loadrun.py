@@ -38,7 +38,7 @@ from surfacelog.actors.compactor import (
 )
 from surfacelog.actors.config import HostingConfig
 from surfacelog.actors.driver import DriverProgress, RemoteDriver
-from surfacelog.actors.protocol import actor_error, failure_line
+from surfacelog.actors.protocol import error_line, failure_line
 from surfacelog.actors.retry import Backoff, through_restarts
 from surfacelog.actors.script import ScriptConfig
 from surfacelog.cli.localcluster import LocalCluster, disk_chaos, node_chaos, shard_files
@@ -468,9 +468,8 @@ async def _outcome(task: asyncio.Future[T], what: str, default: T,
 
 def describe_error(exc: BaseException, limit: int = 400) -> str:
     """One line naming ``exc``, at most ``limit`` characters; for an error an actor
-    raised, that error, not Ray's wrapping of it (``protocol.actor_error``)."""
-    exc = actor_error(exc)
-    return f"{type(exc).__name__}: {exc}".replace("\n", " ")[:limit]
+    raised, that error, not Ray's wrapping of it (``protocol.error_line``)."""
+    return error_line(exc).replace("\n", " ")[:limit]
 
 
 def cpu_by_process(titles: dict[int, str] | None = None) -> dict[int, float]:
