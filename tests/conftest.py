@@ -100,6 +100,25 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return SerialGroups(config, log)
 
 
+TIMEOUT_S = 300
+"""A test of the default run fails after this long (pytest-timeout, with every thread's
+stack): the slowest takes under a minute on this 2-core machine, and none may take the
+whole run's budget. A hang then ends as a failure, never as a CI run that never ends."""
+SLOW_TIMEOUT_S = 1800
+"""The same for a test marked slow (the soaks run for minutes)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test's deadline (``TIMEOUT_S``, ``SLOW_TIMEOUT_S``) unless it names its own
+    (``@pytest.mark.timeout``) or the command line does (``--timeout``)."""
+    if config.getoption("timeout", None) is not None:
+        return
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            slow = item.get_closest_marker("slow") is not None
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S if slow else TIMEOUT_S))
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Once the tests are collected, what the process holds (its modules, Ray's, the
     collected items: about a million objects) is left out of the collector's full

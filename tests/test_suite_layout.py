@@ -2,13 +2,16 @@
 ``tests/support``, every module named in ``conftest.SERIAL_GROUPS`` exists (a
 renamed module would otherwise silently leave its group and run beside another), and
 the modules whose tests share a module fixture are found (their tests then run on one
-worker)."""
+worker), and a test that hangs fails at its deadline."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-from conftest import SERIAL_GROUPS, modules_with_module_fixtures
+from conftest import SERIAL_GROUPS, SLOW_TIMEOUT_S, TIMEOUT_S, modules_with_module_fixtures
 
 import surfacelog
 
@@ -67,3 +70,41 @@ def test_modules_with_a_module_fixture_are_found(tmp_path: Path) -> None:
         "import pytest\nSOURCE = '@pytest.fixture(scope=\"module\")'\n"
         "@pytest.fixture(scope='session')\ndef g(): ...\n")
     assert modules_with_module_fixtures(root) == {"tests/x/test_shared.py"}
+
+
+DEADLINES = f"""
+import asyncio
+
+import pytest
+
+
+@pytest.mark.timeout(2)
+async def test_awaits_what_never_comes() -> None:
+    await asyncio.Event().wait()
+
+
+def test_default_deadline(request: pytest.FixtureRequest) -> None:
+    assert request.node.get_closest_marker("timeout").args == ({TIMEOUT_S},)
+
+
+@pytest.mark.slow
+def test_slow_deadline(request: pytest.FixtureRequest) -> None:
+    assert request.node.get_closest_marker("timeout").args == ({SLOW_TIMEOUT_S},)
+"""
+
+
+def test_each_test_has_a_deadline_and_a_hang_fails_at_it(tmp_path: Path) -> None:
+    """Under the suite's configuration and conftest (as a plugin: the scratch file sits
+    outside tests/), each test gets its deadline, a slow one the longer one, and an
+    async test awaiting forever fails at its own (a mark of its own is kept)."""
+    (tmp_path / "test_deadlines.py").write_text(DEADLINES, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest",
+         "-c", str(REPO / "pyproject.toml"), "--rootdir", str(tmp_path),
+         "-m", "slow or not slow", str(tmp_path / "test_deadlines.py")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "1 failed, 2 passed" in out, out
+    assert "FAILED test_deadlines.py::test_awaits_what_never_comes - Failed: Timeout" in out, out
