@@ -388,6 +388,9 @@ def _compacting_runner(svc: BaseSessionService) -> Runner:
     return Runner(app=app, session_service=svc)
 
 
+# ADK marks its events compaction experimental and says so on every App that uses it:
+# this test uses it on purpose, and the notice would only repeat in every run's summary.
+@pytest.mark.filterwarnings(r"ignore:\[EXPERIMENTAL\] EventsCompactionConfig:UserWarning")
 async def test_runner_compaction_is_a_surface_replace(where: Deployment) -> None:
     """ADK's own compaction (every 2 invocations) through our service, with a restart
     between turns: the events ADK reads back match ADK's in-memory service; the
