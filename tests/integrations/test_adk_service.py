@@ -5,14 +5,16 @@ scripted ``BaseLlm`` (no network) and a tool runs on it, before and after a rest
 
 The service's behaviour tests run embedded (a SQLite file, or a memory store) and over
 a real local Ray (``ray_local``): a one-shard deployment with a journal writer, and one
-whose owner session actor holds the file. Over Ray the events go through the session
-actors and scopes, state, listing and deletion through the shard's writer."""
+whose owner session actor holds the file, each shared by the module's tests (each test
+names its app and sessions apart). Over Ray the events go through the session actors
+and scopes, state, listing and deletion through the shard's writer."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +50,7 @@ from surfacelog.store.errors import SessionDeleted  # noqa: E402
 from surfacelog.store.memory import MemoryEventStore  # noqa: E402
 from surfacelog.store.sqlite import SqliteEventStore  # noqa: E402
 
-APP, U1, U2 = "app", "u1", "u2"
+U1, U2 = "u1", "u2"
 
 RAY = [pytest.param("ray-journal", marks=pytest.mark.ray),
        pytest.param("ray-owner", marks=pytest.mark.ray)]
@@ -57,20 +59,26 @@ EVERYWHERE = ["sqlite", *RAY]
 
 class Deployment:
     """Where a test's services keep their sessions: ``sqlite`` (a file, embedded),
-    ``memory`` (a memory store, embedded), or a one-shard Ray deployment of that file
-    on the shared local Ray, its writer a journal actor (``ray-journal``) or the owner
-    session actor (``ray-owner``)."""
+    ``memory`` (a memory store, embedded), or a one-shard Ray deployment of a file on
+    the shared local Ray, its writer a journal actor (``ray-journal``) or the owner
+    session actor (``ray-owner``).
 
-    def __init__(self, kind: str, path: Path) -> None:
+    An embedded deployment is the test's own. A Ray deployment is shared by the
+    module's tests (each would otherwise start and stop its actors, about a second of
+    CPU): each test then names its app and sessions apart (``app``, ``sid``), so that
+    none sees another's sessions, app state or user state."""
+
+    def __init__(self, kind: str, path: Path, client: Any = None, tag: str = "") -> None:
         self.kind = kind
         self.path = path
         self.memory: MemoryEventStore | None = None
-        self.client: Any = None
-        if kind.startswith("ray-"):
-            from surfacelog.actors.client import connect
+        self.client = client
+        self.tag = tag
+        self.app = f"app{tag}"
 
-            self.client = connect(db=str(path), placement="packed", packs=1,
-                                  writer="owner" if kind == "ray-owner" else "journal")
+    def sid(self, name: str) -> str:
+        """The id this test gives its session ``name``."""
+        return f"{name}{self.tag}"
 
     @property
     def embedded(self) -> bool:
@@ -94,21 +102,39 @@ class Deployment:
             assert await self.client.passivate_all() == []
         return await self.service()
 
-    def close(self) -> None:
-        if self.client is not None:
-            self.client.shutdown()
+
+@pytest.fixture(scope="module")
+def ray_deployments(tmp_path_factory: pytest.TempPathFactory
+                    ) -> Iterator[dict[str, tuple[Path, Any]]]:
+    """The module's Ray deployments by kind (``ray-journal``, ``ray-owner``), each its
+    file and its client, started by the first test that asks."""
+    made: dict[str, tuple[Path, Any]] = {}
+    try:
+        yield made
+    finally:
+        for _, client in made.values():
+            client.shutdown()
+
+
+_tags = itertools.count()
 
 
 @pytest.fixture(params=EVERYWHERE)
-async def where(request: pytest.FixtureRequest, tmp_path: Path
-                ) -> AsyncIterator[Deployment]:
-    if str(request.param).startswith("ray-"):
-        request.getfixturevalue("ray_local")
-    deployment = Deployment(request.param, tmp_path / "adk.db")
-    try:
-        yield deployment
-    finally:
-        deployment.close()
+def where(request: pytest.FixtureRequest, tmp_path: Path,
+          tmp_path_factory: pytest.TempPathFactory) -> Deployment:
+    kind = str(request.param)
+    if not kind.startswith("ray-"):
+        return Deployment(kind, tmp_path / "adk.db")
+    request.getfixturevalue("ray_local")
+    made = request.getfixturevalue("ray_deployments")
+    if kind not in made:
+        from surfacelog.actors.client import connect
+
+        path = tmp_path_factory.mktemp("adk") / f"{kind}.db"
+        made[kind] = (path, connect(db=str(path), placement="packed", packs=1,
+                                    writer="owner" if kind == "ray-owner" else "journal"))
+    path, client = made[kind]
+    return Deployment(kind, path, client, tag=f"-{next(_tags)}")
 
 
 @pytest.fixture
@@ -157,13 +183,14 @@ def _events() -> list[Event]:
 
 async def test_mapping_round_trip_and_restart(where: Deployment) -> None:
     service = await where.service()
-    session = await service.create_session(app_name=APP, user_id=U1, session_id="s1")
+    app, sid = where.app, where.sid("s1")
+    session = await service.create_session(app_name=app, user_id=U1, session_id=sid)
     originals = _events()
     for event in originals:
         await service.append_event(session, event.model_copy(deep=True))
     # a new process reads the file: the events come back equal, field for field
     service = await where.restart(service)
-    back = await service.get_session(app_name=APP, user_id=U1, session_id="s1")
+    back = await service.get_session(app_name=app, user_id=U1, session_id=sid)
     assert back is not None
     assert back.events == originals
     assert back.state == {"k": 1, "app:a": {"x": True}, "user:last": "Paris", "done": True}
@@ -172,7 +199,7 @@ async def test_mapping_round_trip_and_restart(where: Deployment) -> None:
     assert store is not None
     if where.embedded:
         assert isinstance(store, SqliteEventStore)
-    log = (await store.load("s1")).log
+    log = (await store.load(sid)).log
     types_ = [e.type for e in log if e.type != "session/end-seed"]
     assert types_ == ["user/message", "assistant/message", "tool/result", "user/message",
                       "assistant/message", "assistant/message", "assistant/message"]
@@ -187,10 +214,12 @@ async def test_mapping_round_trip_and_restart(where: Deployment) -> None:
     await service.close()
 
 
-async def test_get_session_config(service: SurfacelogSessionService) -> None:
-    session = await service.create_session(app_name=APP, user_id=U1)
+async def test_get_session_config(service: SurfacelogSessionService,
+                                  where: Deployment) -> None:
+    app = where.app
+    session = await service.create_session(app_name=app, user_id=U1)
     reference = InMemorySessionService()
-    ref = await reference.create_session(app_name=APP, user_id=U1, session_id=session.id)
+    ref = await reference.create_session(app_name=app, user_id=U1, session_id=session.id)
     for event in _events():
         await service.append_event(session, event.model_copy(deep=True))
         await reference.append_event(ref, event.model_copy(deep=True))
@@ -198,56 +227,59 @@ async def test_get_session_config(service: SurfacelogSessionService) -> None:
         GetSessionConfig(after_timestamp=t) for t in (0, 1002.0, 1002.1, 9999)] + [
         GetSessionConfig(num_recent_events=3, after_timestamp=1004.0)]
     for config in configs:
-        ours = await service.get_session(app_name=APP, user_id=U1, session_id=session.id,
+        ours = await service.get_session(app_name=app, user_id=U1, session_id=session.id,
                                          config=config)
-        theirs = await reference.get_session(app_name=APP, user_id=U1,
+        theirs = await reference.get_session(app_name=app, user_id=U1,
                                              session_id=session.id, config=config)
         assert ours is not None and theirs is not None
         assert ours.events == theirs.events, config
 
 
-async def _script(svc: BaseSessionService) -> list[Any]:
-    """The same operations on a session service; what ADK callers observe."""
+async def _script(svc: BaseSessionService, where: Deployment) -> list[Any]:
+    """The same operations on a session service; what ADK callers observe (the app's
+    and the sessions' names ``where``'s)."""
+    app, other = where.app, f"other{where.tag}"
+    s1, s2, s3, s4 = (where.sid(f"s{k}") for k in range(1, 5))
     seen: list[Any] = []
-    s1 = await svc.create_session(app_name=APP, user_id=U1, session_id="s1",
-                                  state={"k": 1, "app:a": 1, "user:u": "one", "temp:t": 0})
-    seen.append(dict(s1.state))
-    s2 = await svc.create_session(app_name=APP, user_id=U1, session_id="s2")
-    s3 = await svc.create_session(app_name=APP, user_id=U2, session_id="s3",
-                                  state={"user:u": "two"})
-    await svc.create_session(app_name="other", user_id=U1, session_id="s4",
+    first = await svc.create_session(app_name=app, user_id=U1, session_id=s1,
+                                     state={"k": 1, "app:a": 1, "user:u": "one", "temp:t": 0})
+    seen.append(dict(first.state))
+    second = await svc.create_session(app_name=app, user_id=U1, session_id=s2)
+    third = await svc.create_session(app_name=app, user_id=U2, session_id=s3,
+                                     state={"user:u": "two"})
+    await svc.create_session(app_name=other, user_id=U1, session_id=s4,
                              state={"app:a": "elsewhere"})
-    seen += [dict(s2.state), dict(s3.state)]
+    seen += [dict(second.state), dict(third.state)]
     event = Event(invocation_id="i", author="agent", timestamp=2000.0,
                   actions=EventActions(state_delta={"k": 2, "temp:scratch": 5,
                                                     "app:a": 2, "user:u": "uno"}))
-    appended = await svc.append_event(s1, event)
-    seen.append(dict(s1.state))  # temp: applied in memory for the invocation
+    appended = await svc.append_event(first, event)
+    seen.append(dict(first.state))  # temp: applied in memory for the invocation
     seen.append(appended.actions.state_delta)  # temp: trimmed from what is stored
-    await svc.append_event(s3, Event(invocation_id="i", author="agent", timestamp=2001.0,
-                                     actions=EventActions(state_delta={"n": None})))
-    for sid, user in (("s1", U1), ("s2", U1), ("s3", U2)):
-        got = await svc.get_session(app_name=APP, user_id=user, session_id=sid)
+    await svc.append_event(third, Event(invocation_id="i", author="agent", timestamp=2001.0,
+                                        actions=EventActions(state_delta={"n": None})))
+    for sid, user in ((s1, U1), (s2, U1), (s3, U2)):
+        got = await svc.get_session(app_name=app, user_id=user, session_id=sid)
         assert got is not None
         seen.append((sid, got.state, [e.actions.state_delta for e in got.events]))
-    seen.append(await svc.get_session(app_name=APP, user_id=U2, session_id="s1"))
-    seen.append(await svc.get_user_state(app_name=APP, user_id=U1))
+    seen.append(await svc.get_session(app_name=app, user_id=U2, session_id=s1))
+    seen.append(await svc.get_user_state(app_name=app, user_id=U1))
     for user in (U1, U2, None, "nobody"):
-        listed = await svc.list_sessions(app_name=APP, user_id=user)
+        listed = await svc.list_sessions(app_name=app, user_id=user)
         seen.append(sorted((s.id, s.user_id, sorted(s.state.items()), len(s.events))
                            for s in listed.sessions))
-    await svc.delete_session(app_name=APP, user_id=U1, session_id="s2")
-    await svc.delete_session(app_name=APP, user_id=U1, session_id="missing")
-    seen.append(await svc.get_session(app_name=APP, user_id=U1, session_id="s2"))
-    seen.append(sorted(s.id for s in (await svc.list_sessions(app_name=APP)).sessions))
-    with pytest.raises(AlreadyExistsError, match="Session with id s1 already exists"):
-        await svc.create_session(app_name=APP, user_id=U1, session_id="s1")
+    await svc.delete_session(app_name=app, user_id=U1, session_id=s2)
+    await svc.delete_session(app_name=app, user_id=U1, session_id="missing")
+    seen.append(await svc.get_session(app_name=app, user_id=U1, session_id=s2))
+    seen.append(sorted(s.id for s in (await svc.list_sessions(app_name=app)).sessions))
+    with pytest.raises(AlreadyExistsError, match=f"Session with id {s1} already exists"):
+        await svc.create_session(app_name=app, user_id=U1, session_id=s1)
     return seen
 
 
 async def test_state_listing_deletion_as_in_memory_service(
-        service: SurfacelogSessionService) -> None:
-    assert await _script(service) == await _script(InMemorySessionService())
+        service: SurfacelogSessionService, where: Deployment) -> None:
+    assert await _script(service, where) == await _script(InMemorySessionService(), where)
 
 
 @pytest.mark.parametrize("where", ["memory", *RAY], indirect=True)
@@ -255,28 +287,31 @@ async def test_delete_is_a_tombstone_and_append_refused(where: Deployment) -> No
     service = await where.service()
     store = service.store
     assert store is not None
-    session = await service.create_session(app_name=APP, user_id=U1, session_id="s")
+    app, sid = where.app, where.sid("s")
+    session = await service.create_session(app_name=app, user_id=U1, session_id=sid)
     await service.append_event(session, _events()[0])
-    await service.delete_session(app_name=APP, user_id=U1, session_id="s")
+    await service.delete_session(app_name=app, user_id=U1, session_id=sid)
     with pytest.raises(SessionMissing):
         await service.append_event(session, _events()[1])
     with pytest.raises(SessionDeleted):  # hidden from loading, kept until a purge
-        await store.load("s")
-    await store.purge_session("s")
-    again = await service.create_session(app_name=APP, user_id=U1, session_id="s")
+        await store.load(sid)
+    await store.purge_session(sid)
+    again = await service.create_session(app_name=app, user_id=U1, session_id=sid)
     assert again.events == [] and again.state == {}
     first = _events()[0]
     await service.append_event(again, first.model_copy(deep=True))  # a new one, same id
-    back = await service.get_session(app_name=APP, user_id=U1, session_id="s")
+    back = await service.get_session(app_name=app, user_id=U1, session_id=sid)
     assert back is not None and back.events == [first]
     await service.close()
 
 
-async def test_wrong_scope_sees_nothing(service: SurfacelogSessionService) -> None:
-    s = await service.create_session(app_name=APP, user_id=U1, session_id="s")
-    assert await service.get_session(app_name="x", user_id=U1, session_id="s") is None
-    await service.delete_session(app_name=APP, user_id=U2, session_id="s")  # not theirs
-    assert await service.get_session(app_name=APP, user_id=U1, session_id="s") == s
+async def test_wrong_scope_sees_nothing(service: SurfacelogSessionService,
+                                       where: Deployment) -> None:
+    app, sid = where.app, where.sid("s")
+    s = await service.create_session(app_name=app, user_id=U1, session_id=sid)
+    assert await service.get_session(app_name="x", user_id=U1, session_id=sid) is None
+    await service.delete_session(app_name=app, user_id=U2, session_id=sid)  # not theirs
+    assert await service.get_session(app_name=app, user_id=U1, session_id=sid) == s
 
 
 # -- a real Runner with a scripted model and a tool --------------------------------------
@@ -309,10 +344,10 @@ class ScriptedLlm(BaseLlm):
             function_call=types.FunctionCall(name="get_weather", args={"city": city}))]))
 
 
-def _runner(svc: BaseSessionService) -> Runner:
+def _runner(svc: BaseSessionService, app: str) -> Runner:
     agent = LlmAgent(name="weather", model=ScriptedLlm(model="scripted"),
                      instruction="Answer with the weather.", tools=[get_weather])
-    return Runner(app_name=APP, agent=agent, session_service=svc)
+    return Runner(app_name=app, agent=agent, session_service=svc)
 
 
 async def _turn(runner: Runner, session_id: str, text: str) -> list[str]:
@@ -344,14 +379,15 @@ def _shape(events: list[Event]) -> list[Any]:
 
 async def test_runner_end_to_end_with_restart(where: Deployment) -> None:
     path = where.path
+    app, sid = where.app, where.sid("r")
     reference = InMemorySessionService()
-    await reference.create_session(app_name=APP, user_id=U1, session_id="r")
-    ref_runner = _runner(reference)
+    await reference.create_session(app_name=app, user_id=U1, session_id=sid)
+    ref_runner = _runner(reference, app)
     ours = await where.service()
-    await ours.create_session(app_name=APP, user_id=U1, session_id="r")
-    assert await _turn(_runner(ours), "r", "Paris") == ["Paris: sunny"]
-    assert await _turn(ref_runner, "r", "Paris") == ["Paris: sunny"]
-    before = await ours.get_session(app_name=APP, user_id=U1, session_id="r")
+    await ours.create_session(app_name=app, user_id=U1, session_id=sid)
+    assert await _turn(_runner(ours, app), sid, "Paris") == ["Paris: sunny"]
+    assert await _turn(ref_runner, sid, "Paris") == ["Paris: sunny"]
+    before = await ours.get_session(app_name=app, user_id=U1, session_id=sid)
     await ours.close()
     # a restart in another process: the file alone holds the history and the state
     # (over Ray too: an embedded service reads what the shard's writer committed)
@@ -359,30 +395,31 @@ async def test_runner_end_to_end_with_restart(where: Deployment) -> None:
             "from surfacelog.integrations.adk import SurfacelogSessionService\n"
             "async def main():\n"
             "    s = SurfacelogSessionService(path=sys.argv[1])\n"
-            "    got = await s.get_session(app_name='app', user_id='u1', session_id='r')\n"
+            "    got = await s.get_session(app_name=sys.argv[2], user_id='u1',\n"
+            "                              session_id=sys.argv[3])\n"
             "    print(len(got.events), sorted(got.state))\n"
             "    await s.close()\n"
             "asyncio.run(main())\n")
-    done = subprocess.run([sys.executable, "-c", code, str(path)], check=True,
+    done = subprocess.run([sys.executable, "-c", code, str(path), app, sid], check=True,
                           capture_output=True, text=True)
     assert done.stdout.split("\n")[0] == "4 ['user:last_city']"
     ours = await where.restart(ours)
-    after = await ours.get_session(app_name=APP, user_id=U1, session_id="r")
+    after = await ours.get_session(app_name=app, user_id=U1, session_id=sid)
     assert before is not None and after is not None and after.events == before.events
-    assert await _turn(_runner(ours), "r", "Oslo") == ["Oslo: sunny"]
-    assert await _turn(ref_runner, "r", "Oslo") == ["Oslo: sunny"]
-    got = await ours.get_session(app_name=APP, user_id=U1, session_id="r")
-    ref = await reference.get_session(app_name=APP, user_id=U1, session_id="r")
+    assert await _turn(_runner(ours, app), sid, "Oslo") == ["Oslo: sunny"]
+    assert await _turn(ref_runner, sid, "Oslo") == ["Oslo: sunny"]
+    got = await ours.get_session(app_name=app, user_id=U1, session_id=sid)
+    ref = await reference.get_session(app_name=app, user_id=U1, session_id=sid)
     assert got is not None and ref is not None
     assert _shape(got.events) == _shape(ref.events)
     assert len(got.events) == 8 and got.state == ref.state == {"user:last_city": "Oslo"}
     await ours.close()
 
 
-def _compacting_runner(svc: BaseSessionService) -> Runner:
+def _compacting_runner(svc: BaseSessionService, name: str) -> Runner:
     agent = LlmAgent(name="weather", model=ScriptedLlm(model="scripted"),
                      instruction="Answer with the weather.", tools=[get_weather])
-    app = App(name=APP, root_agent=agent, events_compaction_config=EventsCompactionConfig(
+    app = App(name=name, root_agent=agent, events_compaction_config=EventsCompactionConfig(
         compaction_interval=2, overlap_size=0,
         summarizer=LlmEventSummarizer(llm=ScriptedLlm(model="summarizer"))))
     return Runner(app=app, session_service=svc)
@@ -395,25 +432,26 @@ async def test_runner_compaction_is_a_surface_replace(where: Deployment) -> None
     """ADK's own compaction (every 2 invocations) through our service, with a restart
     between turns: the events ADK reads back match ADK's in-memory service; the
     compaction event replaces what it summarises on the surface, citing it."""
+    app, sid = where.app, where.sid("c")
     reference = InMemorySessionService()
-    await reference.create_session(app_name=APP, user_id=U1, session_id="c")
-    ref_runner = _compacting_runner(reference)
+    await reference.create_session(app_name=app, user_id=U1, session_id=sid)
+    ref_runner = _compacting_runner(reference, app)
     ours = await where.service()
-    await ours.create_session(app_name=APP, user_id=U1, session_id="c")
+    await ours.create_session(app_name=app, user_id=U1, session_id=sid)
     for n, city in enumerate(["Paris", "Oslo", "Rome"]):
         if n == 2:  # restart
             ours = await where.restart(ours)
-        assert await _turn(_compacting_runner(ours), "c", city) == [f"{city}: sunny"]
-        assert await _turn(ref_runner, "c", city) == [f"{city}: sunny"]
-    got = await ours.get_session(app_name=APP, user_id=U1, session_id="c")
-    ref = await reference.get_session(app_name=APP, user_id=U1, session_id="c")
+        assert await _turn(_compacting_runner(ours, app), sid, city) == [f"{city}: sunny"]
+        assert await _turn(ref_runner, sid, city) == [f"{city}: sunny"]
+    got = await ours.get_session(app_name=app, user_id=U1, session_id=sid)
+    ref = await reference.get_session(app_name=app, user_id=U1, session_id=sid)
     assert got is not None and ref is not None
     assert _shape(got.events) == _shape(ref.events)
     compactions = [e for e in got.events if e.actions.compaction]
     assert len(compactions) == 1 == len([e for e in ref.events if e.actions.compaction])
     store = ours.store
     assert store is not None
-    log = await store.load("c")
+    log = await store.load(sid)
     checkpoint = next(e for e in log.log if e.type == "user/message"
                       and e.data["source"]["adk"]["event"]["actions"].get("compaction"))
     assert isinstance(checkpoint.surface_op, ReplaceOp)
@@ -434,10 +472,11 @@ def test_import_surfacelog_needs_no_adk() -> None:
 
 
 async def test_duplicate_create_is_adk_already_exists(
-        service: SurfacelogSessionService) -> None:
-    await service.create_session(app_name=APP, user_id=U1, session_id="d")
+        service: SurfacelogSessionService, where: Deployment) -> None:
+    app, sid = where.app, where.sid("d")
+    await service.create_session(app_name=app, user_id=U1, session_id=sid)
     with pytest.raises(SessionAlreadyExists, match="already exists"):
-        await service.create_session(app_name=APP, user_id=U1, session_id="d")
+        await service.create_session(app_name=app, user_id=U1, session_id=sid)
 
 
 # -- capabilities, and several services on one deployment ---------------------------------
@@ -464,11 +503,12 @@ async def test_a_second_service_on_the_same_sessions(where: Deployment) -> None:
     from surfacelog.runtime import SessionLike
     from surfacelog.store.errors import WriterFenced
 
+    app, sid = where.app, where.sid("two")
     first, second = await where.service(), await where.service()
-    session = await first.create_session(app_name=APP, user_id=U1, session_id="two")
+    session = await first.create_session(app_name=app, user_id=U1, session_id=sid)
     events = _events()
     await first.append_event(session, events[0].model_copy(deep=True))
-    seen = await second.get_session(app_name=APP, user_id=U1, session_id="two")
+    seen = await second.get_session(app_name=app, user_id=U1, session_id=sid)
     assert seen is not None and seen.events == events[:1]
     await second.append_event(seen, events[1].model_copy(deep=True))
     if where.embedded:
@@ -478,12 +518,12 @@ async def test_a_second_service_on_the_same_sessions(where: Deployment) -> None:
         first = await where.service()
         expected = events[:2]
     else:
-        assert isinstance(where.client.session("two"), SessionLike)
+        assert isinstance(where.client.session(sid), SessionLike)
         # first has not read events[1]: its append is re-mapped after it
         await first.append_event(session, events[2].model_copy(deep=True))
         expected = events[:3]
     for service in (first, second):
-        got = await service.get_session(app_name=APP, user_id=U1, session_id="two")
+        got = await service.get_session(app_name=app, user_id=U1, session_id=sid)
         assert got is not None and got.events == expected
     await first.close()
     await second.close()
@@ -498,20 +538,21 @@ async def test_get_session_orders_by_timestamp_then_id(service: SurfacelogSessio
     ordered by id whatever order they were appended in, and an event stamped earlier
     than those before it comes back in its place, with ``num_recent_events`` cutting
     that order; the same after a restart (read back from the log)."""
+    app = where.app
     ids = ["event_a", "event_m", "event_z"]
-    s = await service.create_session(app_name=APP, user_id=U1)
+    s = await service.create_session(app_name=app, user_id=U1)
     for event_id in reversed(ids) if reverse else ids:
         await service.append_event(s, Event(author="user", id=event_id, timestamp=100.0))
     await service.append_event(s, Event(author="user", id="early", timestamp=50.0))
     want = ["early", *ids]
-    got = await service.get_session(app_name=APP, user_id=U1, session_id=s.id)
+    got = await service.get_session(app_name=app, user_id=U1, session_id=s.id)
     assert got is not None and [e.id for e in got.events] == want
-    last = await service.get_session(app_name=APP, user_id=U1, session_id=s.id,
+    last = await service.get_session(app_name=app, user_id=U1, session_id=s.id,
                                      config=GetSessionConfig(num_recent_events=2))
     assert last is not None and [e.id for e in last.events] == want[-2:]
     again = await where.restart(service)
     try:
-        got = await again.get_session(app_name=APP, user_id=U1, session_id=s.id)
+        got = await again.get_session(app_name=app, user_id=U1, session_id=s.id)
         assert got is not None and [e.id for e in got.events] == want
     finally:
         await again.close()
