@@ -64,12 +64,13 @@ def serial_group(nodeid: str) -> str | None:
 def _is_module_fixture(decorator: ast.expr) -> bool:
     return (isinstance(decorator, ast.Call) and ast.unparse(decorator.func) == "pytest.fixture"
             and any(k.arg == "scope" and isinstance(k.value, ast.Constant)
-                    and k.value.value == "module" for k in decorator.keywords))
+                    and k.value.value in ("module", "class") for k in decorator.keywords))
 
 
 def modules_with_module_fixtures(root: Path) -> set[str]:
     """The test modules under ``root`` (paths relative to ``root``'s parent, as in a node
-    id) that define a module-scoped fixture (``@pytest.fixture(scope="module")``)."""
+    id) that define a module- or class-scoped fixture
+    (``@pytest.fixture(scope="module")``, ``scope="class"``)."""
     found = set()
     for path in sorted(root.rglob("test_*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -83,8 +84,8 @@ def modules_with_module_fixtures(root: Path) -> set[str]:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under ``-n N``: each test its own unit of work (as ``--dist load``), but for the
     tests of one of ``SERIAL_GROUPS``, which go to one worker together, and the tests
-    of a module with a module-scoped fixture, which go to one worker together too: a
-    module fixture is set up once per worker that runs one of its tests, and the
+    of a module with a module- or class-scoped fixture, which go to one worker together
+    too: such a fixture is set up once per worker that runs one of its tests, and the
     gateway's (its uvicorn replicas and deployment) was set up on all three workers.
     Units are handed out largest first (xdist orders them by their number of tests),
     so a group does not end the run alone."""

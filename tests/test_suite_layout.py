@@ -60,16 +60,20 @@ def test_every_module_of_a_serial_group_exists() -> None:
 def test_modules_with_a_module_fixture_are_found(tmp_path: Path) -> None:
     found = modules_with_module_fixtures(TESTS)
     assert "tests/gateway/test_http_gateway.py" in found
+    assert "tests/actors/test_session_actors.py" in found  # a class-scoped one
     assert "tests/cli/test_load_run.py" not in found
     # Only a fixture's decorator counts: not other scopes, nor the text in a string.
     root = tmp_path / "tests"
     (root / "x").mkdir(parents=True)
     (root / "x" / "test_shared.py").write_text(
         "import pytest\n@pytest.fixture(scope='module')\ndef f(): ...\n")
+    (root / "x" / "test_class.py").write_text(
+        "import pytest\n@pytest.fixture(scope='class')\ndef f(): ...\n")
     (root / "x" / "test_alone.py").write_text(
         "import pytest\nSOURCE = '@pytest.fixture(scope=\"module\")'\n"
         "@pytest.fixture(scope='session')\ndef g(): ...\n")
-    assert modules_with_module_fixtures(root) == {"tests/x/test_shared.py"}
+    assert modules_with_module_fixtures(root) == {"tests/x/test_shared.py",
+                                                  "tests/x/test_class.py"}
 
 
 DEADLINES = f"""

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +51,36 @@ def make_host(tmp_path: Path, placement: str, **kw: Any) -> Client:
                    packs=2, **kw)
 
 
-@pytest.mark.parametrize("placement", PLACEMENTS)
-async def test_errors_cross_ray_intact(tmp_path: Path, placement: str) -> None:
-    host = make_host(tmp_path, placement)
+@pytest.fixture(scope="class")
+def hosts() -> Iterator[dict[str, Client]]:
+    """The shared hosts of a class's tests by placement, each started by the first test
+    that asks."""
+    made: dict[str, Client] = {}
     try:
+        yield made
+    finally:
+        for host in made.values():
+            host.shutdown()
+
+
+@pytest.fixture
+def shared_host(hosts: dict[str, Client], placement: str,
+                tmp_path_factory: pytest.TempPathFactory) -> Client:
+    """A host of ``placement`` shared by tests that neither kill nor stop its actors and
+    read only their own session (each names its own): a host's start and stop cost
+    about a second of CPU, its writer's and its actors' processes."""
+    if placement not in hosts:
+        hosts[placement] = make_host(tmp_path_factory.mktemp(placement), placement)
+    return hosts[placement]
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+class TestOnOneHostPerPlacement:
+    """Tests that neither kill nor stop a host's actors and read only their own session
+    share one host per placement, stopped after the last of them."""
+
+    async def test_errors_cross_ray_intact(self, shared_host: Client) -> None:
+        host = shared_host
         s = host.session("errs")
         first = await s.append("turn/start", {"turn": 1}, expected_seq=0)
         assert isinstance(first, Event) and first.seq == 0
@@ -74,17 +101,12 @@ async def test_errors_cross_ray_intact(tmp_path: Path, placement: str) -> None:
                                   summary=[], shadowed_token_count=1, checkpoint_id="k")
         with pytest.raises(Conflict, match="stale"):
             await s.replace(stale)
-    finally:
-        host.shutdown()
 
-
-@pytest.mark.parametrize("placement", PLACEMENTS)
-async def test_returned_events_are_the_logged_ones(tmp_path: Path, placement: str) -> None:
-    """A fresh append is answered with its first seq and time and the client makes the
-    events from its own request; a retried one is answered with the logged events.
-    Either way they equal what the log holds."""
-    host = make_host(tmp_path, placement)
-    try:
+    async def test_returned_events_are_the_logged_ones(self, shared_host: Client) -> None:
+        """A fresh append is answered with its first seq and time and the client makes the
+        events from its own request; a retried one is answered with the logged events.
+        Either way they equal what the log holds."""
+        host = shared_host
         s = host.session("returned")
         script = AgentScript("returned", ScriptConfig(tool_calls=2))
         opened = await s.append_batch(script.turn_open(1), expected_seq=0)
@@ -99,8 +121,24 @@ async def test_returned_events_are_the_logged_ones(tmp_path: Path, placement: st
         assert [e.seq for e in logged] == list(logged.seqs)
         assert len({e.time for e in logged}) == 1
         assert (await s.surface()).length == logged.seqs.stop
-    finally:
-        host.shutdown()
+
+    async def test_hosting_processes_collect_young_garbage_less_often(
+            self, shared_host: Client) -> None:
+        """The session actor's and the shard writer's processes run the cycle collector's
+        youngest generation at ``GC_YOUNG_THRESHOLD``, not the interpreter's 700; the older
+        generations keep their defaults."""
+        host = shared_host
+        await host.session("gc").append("turn/start", {"turn": 1})
+        # The interpreter's own setting: this process may have built an actor's object
+        # (a test of the hosted code in process), which tunes its collector too.
+        young, *older = json.loads(subprocess.run(
+            [sys.executable, "-c", "import gc, json; print(json.dumps(gc.get_threshold()))"],
+            capture_output=True, text=True, check=True, timeout=60).stdout)
+        assert young != GC_YOUNG_THRESHOLD
+        for actor in (await host.actor("gc"), host.writer):
+            # A lambda crosses by value (this module is not importable in the actor).
+            threshold = await actor.__ray_call__.remote(lambda _: gc.get_threshold())
+            assert threshold == (GC_YOUNG_THRESHOLD, *older)
 
 
 async def test_a_pruner_reads_only_the_oversized_results_and_prunes_them(
@@ -292,29 +330,6 @@ async def test_passivation_and_reactivation_keep_everything(
         assert (await s.events(length))[0].type == "session/end-seed"
         logged = await s.append_batch(script.turn_open(2), expected_seq=snap.length)
         assert logged[0].seq == snap.length
-    finally:
-        host.shutdown()
-
-
-@pytest.mark.parametrize("placement", PLACEMENTS)
-async def test_hosting_processes_collect_young_garbage_less_often(
-        tmp_path: Path, placement: str) -> None:
-    """The session actor's and the shard writer's processes run the cycle collector's
-    youngest generation at ``GC_YOUNG_THRESHOLD``, not the interpreter's 700; the older
-    generations keep their defaults."""
-    host = make_host(tmp_path, placement)
-    try:
-        await host.session("gc").append("turn/start", {"turn": 1})
-        # The interpreter's own setting: this process may have built an actor's object
-        # (a test of the hosted code in process), which tunes its collector too.
-        young, *older = json.loads(subprocess.run(
-            [sys.executable, "-c", "import gc, json; print(json.dumps(gc.get_threshold()))"],
-            capture_output=True, text=True, check=True, timeout=60).stdout)
-        assert young != GC_YOUNG_THRESHOLD
-        for actor in (await host.actor("gc"), host.writer):
-            # A lambda crosses by value (this module is not importable in the actor).
-            threshold = await actor.__ray_call__.remote(lambda _: gc.get_threshold())
-            assert threshold == (GC_YOUNG_THRESHOLD, *older)
     finally:
         host.shutdown()
 
