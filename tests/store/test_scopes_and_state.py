@@ -1,14 +1,17 @@
 """Scopes, state, scoped listing and deletion (``surfacelog.store.scoped``): one contract
 over the SQLite and memory backends, and over the proxies that reach a shard's store
 through a real local Ray (a session actor's ``JournalStore``, a client's ``ShardStore``
-through a journal or an owner writer); a store without the capability is told apart by
+through a journal or an owner writer; each shared by the module's tests, which name
+their sessions and apps apart); a store without the capability is told apart by
 its type; a schema-version-1 file is refused (SPEC 12)."""
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,8 +41,47 @@ PROXIES = [pytest.param(kind, marks=pytest.mark.ray)
            for kind in ("journal-store", "shard-store-journal", "shard-store-owner")]
 
 
+@pytest.fixture(scope="module")
+def proxies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The module's Ray-side stores by kind: a journal actor (``journal-store``), or a
+    client of a one-shard deployment (``shard-store-*``), each on a file of its own and
+    shared by the module's tests (each names its sessions and apps apart, ``Names``):
+    a deployment's start and stop cost about a second of CPU. Started by the first test
+    that asks."""
+    made: dict[str, Any] = {}
+    try:
+        yield made
+    finally:
+        for kind, held in made.items():
+            if kind == "journal-store":
+                import ray
+
+                ray.get(held.close.remote())
+                ray.kill(held)
+            else:
+                held.shutdown()
+
+
+def _proxy(made: dict[str, Any], kind: str, path: Path) -> Any:
+    """The journal actor or the client of ``kind``, started on ``path`` if it is not."""
+    if kind not in made:
+        if kind == "journal-store":
+            import ray
+
+            from surfacelog.actors.journal import JournalActor
+
+            made[kind] = ray.remote(JournalActor).remote(sqlite_backend(str(path)))
+        else:
+            from surfacelog.actors.client import connect
+
+            made[kind] = connect(db=str(path), placement="packed", packs=1,
+                                 writer="owner" if kind.endswith("owner") else "journal")
+    return made[kind]
+
+
 @pytest.fixture(params=["sqlite", "memory", *PROXIES])
-async def store(request: pytest.FixtureRequest, tmp_path: Path
+async def store(request: pytest.FixtureRequest, tmp_path: Path,
+                tmp_path_factory: pytest.TempPathFactory
                 ) -> AsyncIterator[ScopedEventStore]:
     s: ScopedEventStore
     kind = request.param
@@ -48,140 +90,147 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path
         s = await SqliteEventStore.open(path)
     elif kind == "memory":
         s = await MemoryEventStore.open()
-    elif kind == "journal-store":  # what a session actor writes through
+    else:
         request.getfixturevalue("ray_local")
-        import ray
+        made = request.getfixturevalue("proxies")
+        held = _proxy(made, kind, tmp_path_factory.mktemp("scoped") / "scoped.db")
+        if kind == "journal-store":  # what a session actor writes through
+            from surfacelog.actors.journal import JournalStore
 
-        from surfacelog.actors.journal import JournalActor, JournalStore
-
-        journal = ray.remote(JournalActor).remote(sqlite_backend(str(path)))
-        s = JournalStore(journal, ship_delay_s=0.0)
-        try:
-            yield s
-        finally:
-            await s.close()
-            await journal.close.remote()
-            ray.kill(journal)
-        return
-    else:  # what a client (the ADK service over Ray) reaches the shard with
-        request.getfixturevalue("ray_local")
-        from surfacelog.actors.client import connect
-
-        client = connect(db=str(path), placement="packed", packs=1,
-                         writer="owner" if kind.endswith("owner") else "journal")
-        try:
-            yield client.shard_store()
-        finally:
-            client.shutdown()
-        return
+            s = JournalStore(held, ship_delay_s=0.0)
+        else:  # what a client (the ADK service over Ray) reaches the shard with
+            yield held.shard_store()
+            return
     try:
         yield s
     finally:
         await s.close()
 
 
-async def _scoped(store: ScopedEventStore, sid: str, app: str = "app", user: str = "u1",
+class Names:
+    """A test's names for its sessions and apps, tagged apart from every other test's:
+    the Ray-side stores are shared by the module's tests."""
+
+    _next = itertools.count()
+
+    def __init__(self) -> None:
+        self.tag = f"-{next(self._next)}"
+
+    def __call__(self, name: str) -> str:
+        return f"{name}{self.tag}"
+
+
+@pytest.fixture
+def n() -> Names:
+    return Names()
+
+
+async def _scoped(store: ScopedEventStore, sid: str, app: str, user: str = "u1",
                   **state: object) -> None:
     await store.create(header_for(sid))
     await store.set_scope(sid, app, user, state=state, at=1)
 
 
-async def test_state_prefixes(store: ScopedEventStore) -> None:
-    await _scoped(store, "s1", **{"k": 1, "app:a": "A", "user:u": [1], "temp:t": 9})
-    await _scoped(store, "s2", user="u1")
-    await _scoped(store, "s3", user="u2")
-    s1 = await store.get_state("s1")
+async def test_state_prefixes(store: ScopedEventStore, n: Names) -> None:
+    app, s1_, s2_, s3_ = n("app"), n("s1"), n("s2"), n("s3")
+    await _scoped(store, s1_, app, **{"k": 1, "app:a": "A", "user:u": [1], "temp:t": 9})
+    await _scoped(store, s2_, app, user="u1")
+    await _scoped(store, s3_, app, user="u2")
+    s1 = await store.get_state(s1_)
     assert (s1.app, s1.user, s1.session) == ({"a": "A"}, {"u": [1]}, {"k": 1})
     assert s1.merged() == {"k": 1, "app:a": "A", "user:u": [1]}
     # app state is app-wide, user state per user, session state per session, temp never
-    s2, s3 = await store.get_state("s2"), await store.get_state("s3")
+    s2, s3 = await store.get_state(s2_), await store.get_state(s3_)
     assert (s2.app, s2.user, s2.session) == ({"a": "A"}, {"u": [1]}, {})
     assert (s3.app, s3.user, s3.session) == ({"a": "A"}, {}, {})
-    await store.update_state("s3", {"user:u": None, "app:a": {"x": 2}, "k": "v",
-                                    "temp:z": 1}, at=5)
-    s3 = await store.get_state("s3")
+    await store.update_state(s3_, {"user:u": None, "app:a": {"x": 2}, "k": "v",
+                                   "temp:z": 1}, at=5)
+    s3 = await store.get_state(s3_)
     assert (s3.app, s3.user, s3.session) == ({"a": {"x": 2}}, {"u": None}, {"k": "v"})
-    assert (await store.get_state("s1")).app == {"a": {"x": 2}}
-    assert await store.user_state("app", "u1") == {"u": [1]}
-    assert await store.user_state("app", "nobody") == {}
-    assert (await store.scope_of("s3")).update_time == 5
+    assert (await store.get_state(s1_)).app == {"a": {"x": 2}}
+    assert await store.user_state(app, "u1") == {"u": [1]}
+    assert await store.user_state(app, "nobody") == {}
+    assert (await store.scope_of(s3_)).update_time == 5
 
 
-async def test_scope_refusals(store: ScopedEventStore) -> None:
-    await _scoped(store, "s1")
-    with pytest.raises(ScopeConflict, match="belongs to app 'app', user 'u1'"):
-        await store.set_scope("s1", "app", "u2", at=2)
-    await store.create(header_for("bare"))
+async def test_scope_refusals(store: ScopedEventStore, n: Names) -> None:
+    app, s1, bare = n("app"), n("s1"), n("bare")
+    await _scoped(store, s1, app)
+    with pytest.raises(ScopeConflict, match=f"belongs to app '{app}', user 'u1'"):
+        await store.set_scope(s1, app, "u2", at=2)
+    await store.create(header_for(bare))
     with pytest.raises(ScopeConflict, match="no app and user scope"):
-        await store.get_state("bare")
+        await store.get_state(bare)
     with pytest.raises(SessionNotFound, match="is not stored"):
-        await store.set_scope("nope", "app", "u", at=1)
+        await store.set_scope(n("nope"), app, "u", at=1)
     with pytest.raises(InvalidArgument, match="not JSON"):
-        await store.update_state("s1", {"k": object()}, at=2)
-    assert (await store.get_state("s1")).session == {}
+        await store.update_state(s1, {"k": object()}, at=2)
+    assert (await store.get_state(s1)).session == {}
 
 
-async def test_list_scoped_pages(store: ScopedEventStore) -> None:
-    for i in range(5):
-        await _scoped(store, f"s{i}", user="u1" if i % 2 == 0 else "u2")
-    await _scoped(store, "other", app="app2")
-    await store.create(header_for("bare"))
-    page = await store.list_scoped("app")
-    assert [s.id for s in page.sessions] == ["s0", "s1", "s2", "s3", "s4"]
+async def test_list_scoped_pages(store: ScopedEventStore, n: Names) -> None:
+    app = n("app")
+    ids = [n(f"s{i}") for i in range(5)]
+    for i, sid in enumerate(ids):
+        await _scoped(store, sid, app, user="u1" if i % 2 == 0 else "u2")
+    await _scoped(store, n("other"), n("app2"))
+    await store.create(header_for(n("bare")))
+    page = await store.list_scoped(app)
+    assert [s.id for s in page.sessions] == ids
     assert page.next_after is None
-    assert [s.id for s in (await store.list_scoped("app", "u1")).sessions] == [
-        "s0", "s2", "s4"]
+    assert [s.id for s in (await store.list_scoped(app, "u1")).sessions] == ids[::2]
     seen, after = [], None
     while True:
-        page = await store.list_scoped("app", after=after, limit=2)
+        page = await store.list_scoped(app, after=after, limit=2)
         seen.append([s.id for s in page.sessions])
         if page.next_after is None:
             break
         after = page.next_after
-    assert seen == [["s0", "s1"], ["s2", "s3"], ["s4"]]
+    assert seen == [ids[0:2], ids[2:4], ids[4:]]
     with pytest.raises(InvalidArgument):
-        await store.list_scoped("app", limit=0)
+        await store.list_scoped(app, limit=0)
 
 
-async def test_delete_tombstone_then_purge(store: ScopedEventStore, tmp_path: Path) -> None:
-    session = build_session("s1", 2)
-    await store.create(header_for("s1"), session.log)
-    await store.set_scope("s1", "app", "u1", state={"k": 1, "user:u": 2}, at=1)
-    opened = await store.open_session("s1")
-    exported = await export_session(store, "s1")  # export works before delete
+async def test_delete_tombstone_then_purge(store: ScopedEventStore, n: Names) -> None:
+    app, s1, s2 = n("app"), n("s1"), n("s2")
+    session = build_session(s1, 2)
+    await store.create(header_for(s1), session.log)
+    await store.set_scope(s1, app, "u1", state={"k": 1, "user:u": 2}, at=1)
+    opened = await store.open_session(s1)
+    exported = await export_session(store, s1)  # export works before delete
     assert exported.count(b"\n") == len(opened.session) + 1  # header line + events
-    await store.delete_session("s1", at=9)
+    await store.delete_session(s1, at=9)
     for call in (store.load, store.open_session, store.header, store.get_state,
                  lambda sid: export_session(store, sid),
                  store.scope_of, lambda sid: store.open_or_create(header_for(sid))):
-        with pytest.raises(SessionDeleted, match="'s1' is deleted"):
-            await call("s1")
+        with pytest.raises(SessionDeleted, match=f"'{s1}' is deleted"):
+            await call(s1)
     with pytest.raises(WriterFenced):  # the writer of before the delete is fenced
-        await store.append("s1", opened.session.log[-1:], epoch=opened.epoch)
-    assert "s1" not in [s.id for s in await store.list_sessions()]
-    assert (await store.list_scoped("app")).sessions == []
-    assert await store.user_state("app", "u1") == {"u": 2}  # user state outlives it
+        await store.append(s1, opened.session.log[-1:], epoch=opened.epoch)
+    assert s1 not in [s.id for s in await store.list_sessions()]
+    assert (await store.list_scoped(app)).sessions == []
+    assert await store.user_state(app, "u1") == {"u": 2}  # user state outlives it
     with pytest.raises(SessionDeleted):
-        await store.delete_session("s1", at=10)
+        await store.delete_session(s1, at=10)
     with pytest.raises(SessionExists):  # the id stays taken until the purge
-        await store.create(header_for("s1"))
-    await store.create(header_for("s2"))
+        await store.create(header_for(s1))
+    await store.create(header_for(s2))
     with pytest.raises(StoreError, match="delete it before purging"):
-        await store.purge_session("s2")
-    await store.purge_session("s1")
+        await store.purge_session(s2)
+    await store.purge_session(s1)
     with pytest.raises(SessionNotFound, match="is not stored"):
-        await store.load("s1")
-    await store.create(header_for("s1"))  # the id is free again
-    await store.set_scope("s1", "app", "u1", at=11)
-    assert (await store.get_state("s1")).session == {}
+        await store.load(s1)
+    await store.create(header_for(s1))  # the id is free again
+    await store.set_scope(s1, app, "u1", at=11)
+    assert (await store.get_state(s1)).session == {}
     with pytest.raises(SessionNotFound):
-        await store.purge_session("nope")
+        await store.purge_session(n("nope"))
 
 
 async def test_sqlite_tombstone_survives_reopen(tmp_path: Path) -> None:
     path = tmp_path / "t.db"
     store = await SqliteEventStore.open(path)
-    await _scoped(store, "s1", **{"k": 1})
+    await _scoped(store, "s1", "app", **{"k": 1})
     await store.delete_session("s1", at=3)
     await store.close()
     store = await SqliteEventStore.open(path, read_only=True)
@@ -228,34 +277,35 @@ async def test_an_older_database_is_refused_and_left_untouched(
     assert conn.execute("PRAGMA user_version").fetchone() == (version,)
 
 
-async def test_append_with_state_all_or_nothing(store: ScopedEventStore) -> None:
-    session = build_session("s1", 2)
-    await store.create(header_for("s1"))
-    await store.set_scope("s1", "app", "u1", at=1)
-    opened = await store.open_session("s1")
+async def test_append_with_state_all_or_nothing(store: ScopedEventStore, n: Names) -> None:
+    s1, bare_id = n("s1"), n("bare")
+    session = build_session(s1, 2)
+    await store.create(header_for(s1))
+    await store.set_scope(s1, n("app"), "u1", at=1)
+    opened = await store.open_session(s1)
     start = len(opened.session)
     batch = [e.__class__(**{**{f: getattr(e, f) for f in e.__struct_fields__},
                             "seq": start + i}) for i, e in enumerate(session.log[:3])]
-    await store.append_with_state("s1", batch, {"k": 1, "user:u": 2, "temp:t": 3},
+    await store.append_with_state(s1, batch, {"k": 1, "user:u": 2, "temp:t": 3},
                                   epoch=opened.epoch, at=7)
-    state = await store.get_state("s1")
+    state = await store.get_state(s1)
     assert (state.user, state.session) == ({"u": 2}, {"k": 1})
-    assert len(await store.read_since("s1")) == start + 3
-    assert (await store.scope_of("s1")).update_time == 7
+    assert len(await store.read_since(s1)) == start + 3
+    assert (await store.scope_of(s1)).update_time == 7
     # a refused batch (stale seq) writes no state either
     with pytest.raises(SeqMismatch):
-        await store.append_with_state("s1", batch, {"k": 99}, epoch=opened.epoch, at=8)
-    assert (await store.get_state("s1")).session == {"k": 1}
+        await store.append_with_state(s1, batch, {"k": 99}, epoch=opened.epoch, at=8)
+    assert (await store.get_state(s1)).session == {"k": 1}
     # a session without scope: nothing written, events included
-    await store.create(header_for("bare"))
-    bare = await store.open_session("bare")
+    await store.create(header_for(bare_id))
+    bare = await store.open_session(bare_id)
     more = [e.__class__(**{**{f: getattr(e, f) for f in e.__struct_fields__},
                            "seq": len(bare.session)}) for e in session.log[:1]]
     with pytest.raises(ScopeConflict, match="nothing written"):
-        await store.append_with_state("bare", more, {"k": 1}, epoch=bare.epoch, at=9)
-    assert len(await store.read_since("bare")) == len(bare.session)
+        await store.append_with_state(bare_id, more, {"k": 1}, epoch=bare.epoch, at=9)
+    assert len(await store.read_since(bare_id)) == len(bare.session)
     with pytest.raises(InvalidArgument):
-        await store.append_with_state("s1", [], {"k": {1, 2}}, epoch=opened.epoch, at=9)
+        await store.append_with_state(s1, [], {"k": {1, 2}}, epoch=opened.epoch, at=9)
 
 
 async def test_the_capability_is_a_type(tmp_path: Path) -> None:
