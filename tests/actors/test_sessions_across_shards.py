@@ -27,7 +27,11 @@ def shard_map(tmp_path: Path, *names: str, pinned: dict[str, str] | None = None,
 
 
 def client(shards: ShardMap, **kw: object) -> Client:
-    return connect(config=HostingConfig(shards, placement="packed", packs=2,
+    """A client of ``shards``, one pack of session actors on each: what these tests
+    check is which shard a session lives on, not which of a shard's packs (a pack is an
+    actor, a process started and stopped, about half a second of CPU each; packs of
+    one shard are tests/actors/test_session_actors.py's)."""
+    return connect(config=HostingConfig(shards, placement="packed", packs=1,
                                         idle_timeout_s=None, **kw))  # type: ignore[arg-type]
 
 
