@@ -636,17 +636,17 @@ async def bench_journal(tmp: str, report: Report, sessions: int = 50, rounds: in
                         step_events: int = 1, placement: str = "packed") -> None:
     """``sessions`` sessions each append ``rounds`` batches (one scripted turn, ~``step_events``
     events or more) durably at once; commits/s and events/commit from the journal's
-    counters, beside one session doing the same alone."""
+    counters, beside one session doing the same alone first, on the same journal (its
+    counters read before and after each run)."""
     for durability in ("durable", "buffered"):
         results = {}
-        for count in (1, sessions):
-            host = open_host(tmp, f"journal-{durability}-{count}", placement, durability,
-                             packs=2)
-            try:
+        host = open_host(tmp, f"journal-{durability}", placement, durability, packs=2)
+        try:
+            for count in (1, sessions):
                 ids = [f"j{count}-{k}" for k in range(count)]
                 results[count] = await _journal_run(host, ids, rounds, step_events)
-            finally:
-                drop_host(host)
+        finally:
+            drop_host(host)
         figures = {}
         for count, (elapsed, before, after, events) in results.items():
             commits = after["commits"] - before["commits"]
