@@ -32,7 +32,13 @@ from surfacelog.integrations.openai_agents import (
     items_of,
     map_item,
 )
-from surfacelog.integrations.openai_agents.mapping import OPAQUE_ITEM, OPAQUE_PART
+from surfacelog.integrations.openai_agents.mapping import (
+    OPAQUE_ITEM,
+    OPAQUE_PART,
+    RESIDUAL,
+    foreign_items,
+    residual_of,
+)
 from surfacelog.schema.codec import decode_json, encode_json
 from surfacelog.session import Session
 from surfacelog.store.errors import SessionNotFound
@@ -165,8 +171,25 @@ def test_each_example_round_trips_exactly(item: dict[str, Any]) -> None:
 @example({"type": []})
 @example({"type": {"k": 1}, "role": "user"})
 @example({"type": 3})
+# Found by the property again (a clean-clone CI run, 6 December 2026): a content part
+# whose "type" is not a string was looked up among the text parts' types and raised
+# TypeError (unhashable), where it must be kept as an opaque part.
+@example({"role": "user", "content": [{"type": []}]})
+@example({"type": "message", "role": "assistant",
+          "content": [{"type": {"k": 1}, "text": "x"}]})
 def test_any_json_item_round_trips_exactly(item: dict[str, Any]) -> None:
     _round_trip(item)
+
+
+@pytest.mark.parametrize("named", [[], {"k": 1}, None, 3, "no such item"])
+def test_a_residual_naming_no_item_is_read_as_a_foreign_message(named: Any) -> None:
+    """A stored message whose residual names no item the adapter writes (a list, an
+    object: whatever a file holds) is read as a message the adapter did not write."""
+    message = {"id": "m1", "role": "user", "content": [{"type": "text", "text": "hi"}],
+               "source": {"kind": "user", RESIDUAL: {"item": named}}}
+    assert residual_of(message) is None
+    assert items_of(message) == foreign_items(message) == [
+        {"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]
 
 
 WELL_FORMED = st.one_of(

@@ -95,8 +95,9 @@ def _to_block(part: Any, block_type: str, known: frozenset[str], default: str,
     anything else an opaque part block. ``slot`` records which list of the item the
     part came from when an item has two."""
     extra: dict[str, Any] = {}
-    if (isinstance(part, dict) and part.get("type") in known
-            and type(part.get("text")) is str):
+    # A "type" that is not a string (a list: JSON allows it) is no known part's.
+    if (isinstance(part, dict) and isinstance(part.get("type"), str)
+            and part["type"] in known and type(part.get("text")) is str):
         block: dict[str, Any] = {"type": block_type, "text": part["text"]}
         rest = {k: v for k, v in part.items() if k != "type" and k != "text"}
         if part["type"] != default:
@@ -355,7 +356,8 @@ def residual_of(message: Message) -> dict[str, Any] | None:
     """The adapter's residual of ``message``, or ``None`` (a message it did not write)."""
     source = message.get("source")
     residual = source.get(RESIDUAL) if isinstance(source, dict) else None
-    if isinstance(residual, dict) and residual.get("item") in _READERS:
+    if isinstance(residual, dict) and isinstance(residual.get("item"), str) \
+            and residual["item"] in _READERS:
         return residual
     return None
 
