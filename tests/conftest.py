@@ -61,20 +61,20 @@ def serial_group(nodeid: str) -> str | None:
     return _GROUP_OF.get(nodeid.split("::", 1)[0])
 
 
-def _is_module_fixture(decorator: ast.expr) -> bool:
+def _is_shared_fixture(decorator: ast.expr) -> bool:
     return (isinstance(decorator, ast.Call) and ast.unparse(decorator.func) == "pytest.fixture"
             and any(k.arg == "scope" and isinstance(k.value, ast.Constant)
                     and k.value.value in ("module", "class") for k in decorator.keywords))
 
 
-def modules_with_module_fixtures(root: Path) -> set[str]:
+def modules_with_shared_fixtures(root: Path) -> set[str]:
     """The test modules under ``root`` (paths relative to ``root``'s parent, as in a node
     id) that define a module- or class-scoped fixture
     (``@pytest.fixture(scope="module")``, ``scope="class"``)."""
     found = set()
     for path in sorted(root.rglob("test_*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        if any(_is_module_fixture(d) for node in ast.walk(tree)
+        if any(_is_shared_fixture(d) for node in ast.walk(tree)
                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
                for d in node.decorator_list):
             found.add(path.relative_to(root.parent).as_posix())
@@ -91,7 +91,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     so a group does not end the run alone."""
     from xdist.scheduler import LoadScopeScheduling
 
-    shared = modules_with_module_fixtures(config.rootpath / "tests")
+    shared = modules_with_shared_fixtures(config.rootpath / "tests")
 
     class SerialGroups(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import SERIAL_GROUPS, SLOW_TIMEOUT_S, TIMEOUT_S, modules_with_module_fixtures
+from conftest import SERIAL_GROUPS, SLOW_TIMEOUT_S, TIMEOUT_S, modules_with_shared_fixtures
 
 import surfacelog
 
@@ -57,8 +57,8 @@ def test_every_module_of_a_serial_group_exists() -> None:
             assert (REPO / module).is_file(), (group, module)
 
 
-def test_modules_with_a_module_fixture_are_found(tmp_path: Path) -> None:
-    found = modules_with_module_fixtures(TESTS)
+def test_modules_with_a_module_or_class_fixture_are_found(tmp_path: Path) -> None:
+    found = modules_with_shared_fixtures(TESTS)
     assert "tests/gateway/test_http_gateway.py" in found
     assert "tests/actors/test_session_actors.py" in found  # a class-scoped one
     assert "tests/cli/test_load_run.py" not in found
@@ -72,7 +72,7 @@ def test_modules_with_a_module_fixture_are_found(tmp_path: Path) -> None:
     (root / "x" / "test_alone.py").write_text(
         "import pytest\nSOURCE = '@pytest.fixture(scope=\"module\")'\n"
         "@pytest.fixture(scope='session')\ndef g(): ...\n")
-    assert modules_with_module_fixtures(root) == {"tests/x/test_shared.py",
+    assert modules_with_shared_fixtures(root) == {"tests/x/test_shared.py",
                                                   "tests/x/test_class.py"}
 
 

@@ -102,8 +102,8 @@ async def test_a_full_disk_is_listed_once_per_session_and_once_for_the_shard(
     with small_disk(tmp_path / "disk", "1m") as disk:
         config = HostingConfig.single(str(disk / "full.db"), placement="packed", packs=2,
                                       writer=writer, idle_timeout_s=None)  # type: ignore[arg-type]
-        # The client's default resend window (30 s): the first append of each session
-        # also starts its actor, which took over 2 s on a loaded machine.
+        # The client's default resend window (30 s): with 2 s, an append (a session's
+        # first also starts its actor) went unanswered on a loaded machine.
         client = connect(config=config)
         name = config.shards.shards[0].name
         text = [{"type": "text", "text": "x" * 30_000}]

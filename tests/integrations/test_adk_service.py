@@ -11,7 +11,6 @@ and scopes, state, listing and deletion through the shard's writer."""
 
 from __future__ import annotations
 
-import itertools
 import subprocess
 import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
@@ -50,6 +49,8 @@ from surfacelog.store.errors import SessionDeleted  # noqa: E402
 from surfacelog.store.memory import MemoryEventStore  # noqa: E402
 from surfacelog.store.sqlite import SqliteEventStore  # noqa: E402
 
+from support.names import Names  # noqa: E402
+
 U1, U2 = "u1", "u2"
 
 RAY = [pytest.param("ray-journal", marks=pytest.mark.ray),
@@ -65,20 +66,15 @@ class Deployment:
 
     An embedded deployment is the test's own. A Ray deployment is shared by the
     module's tests (each would otherwise start and stop its actors, about a second of
-    CPU): each test then names its app and sessions apart (``app``, ``sid``), so that
-    none sees another's sessions, app state or user state."""
+    CPU): each test names its app and sessions apart (``name``)."""
 
-    def __init__(self, kind: str, path: Path, client: Any = None, tag: str = "") -> None:
+    def __init__(self, kind: str, path: Path, client: Any = None) -> None:
         self.kind = kind
         self.path = path
         self.memory: MemoryEventStore | None = None
         self.client = client
-        self.tag = tag
-        self.app = f"app{tag}"
-
-    def sid(self, name: str) -> str:
-        """The id this test gives its session ``name``."""
-        return f"{name}{self.tag}"
+        self.name = Names()
+        self.app = self.name("app")
 
     @property
     def embedded(self) -> bool:
@@ -116,9 +112,6 @@ def ray_deployments(tmp_path_factory: pytest.TempPathFactory
             client.shutdown()
 
 
-_tags = itertools.count()
-
-
 @pytest.fixture(params=EVERYWHERE)
 def where(request: pytest.FixtureRequest, tmp_path: Path,
           tmp_path_factory: pytest.TempPathFactory) -> Deployment:
@@ -134,7 +127,7 @@ def where(request: pytest.FixtureRequest, tmp_path: Path,
         made[kind] = (path, connect(db=str(path), placement="packed", packs=1,
                                     writer="owner" if kind == "ray-owner" else "journal"))
     path, client = made[kind]
-    return Deployment(kind, path, client, tag=f"-{next(_tags)}")
+    return Deployment(kind, path, client)
 
 
 @pytest.fixture
@@ -183,7 +176,7 @@ def _events() -> list[Event]:
 
 async def test_mapping_round_trip_and_restart(where: Deployment) -> None:
     service = await where.service()
-    app, sid = where.app, where.sid("s1")
+    app, sid = where.app, where.name("s1")
     session = await service.create_session(app_name=app, user_id=U1, session_id=sid)
     originals = _events()
     for event in originals:
@@ -238,8 +231,8 @@ async def test_get_session_config(service: SurfacelogSessionService,
 async def _script(svc: BaseSessionService, where: Deployment) -> list[Any]:
     """The same operations on a session service; what ADK callers observe (the app's
     and the sessions' names ``where``'s)."""
-    app, other = where.app, f"other{where.tag}"
-    s1, s2, s3, s4 = (where.sid(f"s{k}") for k in range(1, 5))
+    app, other = where.app, where.name("other")
+    s1, s2, s3, s4 = (where.name(f"s{k}") for k in range(1, 5))
     seen: list[Any] = []
     first = await svc.create_session(app_name=app, user_id=U1, session_id=s1,
                                      state={"k": 1, "app:a": 1, "user:u": "one", "temp:t": 0})
@@ -287,7 +280,7 @@ async def test_delete_is_a_tombstone_and_append_refused(where: Deployment) -> No
     service = await where.service()
     store = service.store
     assert store is not None
-    app, sid = where.app, where.sid("s")
+    app, sid = where.app, where.name("s")
     session = await service.create_session(app_name=app, user_id=U1, session_id=sid)
     await service.append_event(session, _events()[0])
     await service.delete_session(app_name=app, user_id=U1, session_id=sid)
@@ -307,7 +300,7 @@ async def test_delete_is_a_tombstone_and_append_refused(where: Deployment) -> No
 
 async def test_wrong_scope_sees_nothing(service: SurfacelogSessionService,
                                        where: Deployment) -> None:
-    app, sid = where.app, where.sid("s")
+    app, sid = where.app, where.name("s")
     s = await service.create_session(app_name=app, user_id=U1, session_id=sid)
     assert await service.get_session(app_name="x", user_id=U1, session_id=sid) is None
     await service.delete_session(app_name=app, user_id=U2, session_id=sid)  # not theirs
@@ -379,7 +372,7 @@ def _shape(events: list[Event]) -> list[Any]:
 
 async def test_runner_end_to_end_with_restart(where: Deployment) -> None:
     path = where.path
-    app, sid = where.app, where.sid("r")
+    app, sid = where.app, where.name("r")
     reference = InMemorySessionService()
     await reference.create_session(app_name=app, user_id=U1, session_id=sid)
     ref_runner = _runner(reference, app)
@@ -432,7 +425,7 @@ async def test_runner_compaction_is_a_surface_replace(where: Deployment) -> None
     """ADK's own compaction (every 2 invocations) through our service, with a restart
     between turns: the events ADK reads back match ADK's in-memory service; the
     compaction event replaces what it summarises on the surface, citing it."""
-    app, sid = where.app, where.sid("c")
+    app, sid = where.app, where.name("c")
     reference = InMemorySessionService()
     await reference.create_session(app_name=app, user_id=U1, session_id=sid)
     ref_runner = _compacting_runner(reference, app)
@@ -473,7 +466,7 @@ def test_import_surfacelog_needs_no_adk() -> None:
 
 async def test_duplicate_create_is_adk_already_exists(
         service: SurfacelogSessionService, where: Deployment) -> None:
-    app, sid = where.app, where.sid("d")
+    app, sid = where.app, where.name("d")
     await service.create_session(app_name=app, user_id=U1, session_id=sid)
     with pytest.raises(SessionAlreadyExists, match="already exists"):
         await service.create_session(app_name=app, user_id=U1, session_id=sid)
@@ -503,7 +496,7 @@ async def test_a_second_service_on_the_same_sessions(where: Deployment) -> None:
     from surfacelog.runtime import SessionLike
     from surfacelog.store.errors import WriterFenced
 
-    app, sid = where.app, where.sid("two")
+    app, sid = where.app, where.name("two")
     first, second = await where.service(), await where.service()
     session = await first.create_session(app_name=app, user_id=U1, session_id=sid)
     events = _events()

@@ -7,7 +7,6 @@ its type; a schema-version-1 file is refused (SPEC 12)."""
 
 from __future__ import annotations
 
-import itertools
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -34,6 +33,7 @@ from surfacelog.store.memory import MemoryEventStore
 from surfacelog.store.sqlite import SqliteEventStore, sqlite_backend
 from surfacelog.store.sqlite.file_format import SCHEMA_VERSION, schema_sql
 
+from support.names import Names
 from support.sessiongen import build_session
 from support.sessiongen import header as header_for
 
@@ -105,19 +105,6 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path,
         yield s
     finally:
         await s.close()
-
-
-class Names:
-    """A test's names for its sessions and apps, tagged apart from every other test's:
-    the Ray-side stores are shared by the module's tests."""
-
-    _next = itertools.count()
-
-    def __init__(self) -> None:
-        self.tag = f"-{next(self._next)}"
-
-    def __call__(self, name: str) -> str:
-        return f"{name}{self.tag}"
 
 
 @pytest.fixture

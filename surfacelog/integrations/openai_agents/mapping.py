@@ -46,7 +46,7 @@ checkpoint, a crash-repair closer): it is read with a best-effort mapping
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any, Final
 
 from surfacelog.schema.codec import decode_json, encode_json
@@ -86,6 +86,12 @@ def new_message_id() -> str:
     return f"oa-{uuid.uuid4().hex}"
 
 
+def _named(value: Any, names: Container[str]) -> bool:
+    """Whether ``value`` is one of ``names``. A JSON value may be a list or an object
+    (unhashable: looking it up in a set or dict raises), never one of them."""
+    return isinstance(value, str) and value in names
+
+
 # -- content parts <-> blocks -------------------------------------------------------------
 
 def _to_block(part: Any, block_type: str, known: frozenset[str], default: str,
@@ -95,9 +101,8 @@ def _to_block(part: Any, block_type: str, known: frozenset[str], default: str,
     anything else an opaque part block. ``slot`` records which list of the item the
     part came from when an item has two."""
     extra: dict[str, Any] = {}
-    # A "type" that is not a string (a list: JSON allows it) is no known part's.
-    if (isinstance(part, dict) and isinstance(part.get("type"), str)
-            and part["type"] in known and type(part.get("text")) is str):
+    if (isinstance(part, dict) and _named(part.get("type"), known)
+            and type(part.get("text")) is str):
         block: dict[str, Any] = {"type": block_type, "text": part["text"]}
         rest = {k: v for k, v in part.items() if k != "type" and k != "text"}
         if part["type"] != default:
@@ -291,7 +296,7 @@ def map_item(item: Any, model: str, index: int | None = None) -> Mapped:
     # A "type" that is not a string (a list, an object: JSON allows it) names no mapper:
     # such an item is kept opaque, like one of a type this adapter does not know.
     key = "message" if itype is None and "role" in item else itype
-    mapper = _MAPPERS.get(key) if isinstance(key, str) else None
+    mapper = _MAPPERS[key] if _named(key, _MAPPERS) else None
     mapped = mapper(item, model) if mapper is not None else None
     if mapped is None or items_of(mapped.message) != [item]:
         mapped = map_opaque(item, model)
@@ -356,8 +361,7 @@ def residual_of(message: Message) -> dict[str, Any] | None:
     """The adapter's residual of ``message``, or ``None`` (a message it did not write)."""
     source = message.get("source")
     residual = source.get(RESIDUAL) if isinstance(source, dict) else None
-    if isinstance(residual, dict) and isinstance(residual.get("item"), str) \
-            and residual["item"] in _READERS:
+    if isinstance(residual, dict) and _named(residual.get("item"), _READERS):
         return residual
     return None
 
