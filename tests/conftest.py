@@ -59,14 +59,6 @@ os.environ.setdefault("REPORTER_UPDATE_INTERVAL_MS", "60000")
 # the actors record their metrics through `ray.util.metrics` either way, and
 # tests/actors/test_prometheus_metrics.py still scrapes them from the export port.
 os.environ.setdefault("RAY_enable_open_telemetry", "0")
-# A raylet starts one idle worker per CPU when the first driver connects, each about
-# 0.6 s of CPU (Ray's import and its core worker), for actors that may never come: the
-# nodes of a test's cluster mostly host one or two. Workers start when an actor needs
-# one instead. Each file run alone and serially, one pair each (6 December 2026):
-# test_colocation 37.4-39.3 s of CPU against 42.0-43.1, test_load_run_multinode 56.7
-# against 61.1, test_load_run 79.4 against 84.8, test_session_actors (one local Ray)
-# 56.7 against 56.0.
-os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
 
 _GROUP_OF = {module: group for group, modules in SERIAL_GROUPS.items() for module in modules}
 
