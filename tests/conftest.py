@@ -58,6 +58,9 @@ os.environ.setdefault("REPORTER_UPDATE_INTERVAL_MS", "60000")
 # started. Every Ray the suite starts takes Ray's other recorder (OpenCensus) instead;
 # the actors record their metrics through `ray.util.metrics` either way, and
 # tests/actors/test_prometheus_metrics.py still scrapes them from the export port.
+# Ray reads the switch when it is imported, in the test process as in its workers:
+# it is set here, before any test module imports ray (checked 6 December 2026: off in
+# both the driver and a task).
 os.environ.setdefault("RAY_enable_open_telemetry", "0")
 
 _GROUP_OF = {module: group for group, modules in SERIAL_GROUPS.items() for module in modules}
