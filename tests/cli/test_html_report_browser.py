@@ -9,6 +9,7 @@ report of a real run."""
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import subprocess
@@ -41,7 +42,16 @@ def _install_chromium() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def browser_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The browser's profile and temp dir."""
+    return tmp_path_factory.mktemp("chromium")
+
+
+@pytest.fixture(scope="module")
+def browser(browser_tmp: Path) -> Iterator[Any]:
+    """A headless chromium whose profile and temp files live in a pytest temp dir:
+    started with the defaults, each run left a folder with its singleton socket in
+    /tmp for good."""
     why = _install_chromium()
     if why is not None:
         pytest.skip(f"no headless browser: {why}")
@@ -52,10 +62,12 @@ def browser() -> Iterator[Any]:
     options = Options()
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu",
-                "--disable-dev-shm-usage", "--window-size=1200,900"):
+                "--disable-dev-shm-usage", "--window-size=1200,900",
+                f"--user-data-dir={browser_tmp / 'profile'}"):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    service = Service(CHROMEDRIVER, env={**os.environ, "TMPDIR": str(browser_tmp)})
+    driver = webdriver.Chrome(service=service, options=options)
     try:
         yield driver
     finally:
@@ -84,6 +96,14 @@ def a_result(tmp_path: Path) -> RunResult:
                      node_kills=[NodeKill(node=0, shards=["default"], graceful=False,
                                           lost_at=1003.0, added_at=1005.0)],
                      actor_kill_times=[2.5, 6.0], started_at=1000.0)
+
+
+def test_the_browser_keeps_its_temp_files_in_the_tests_temp_dir(browser_tmp: Path,
+                                                                 browser: Any) -> None:
+    # Chromium's singleton socket folder (org.chromium.Chromium.XXXXXX) is made in
+    # TMPDIR when it starts: here, so that pytest's cleanup removes it, not in /tmp.
+    assert browser.execute_script("return 1 + 1") == 2
+    assert any(p.name.startswith("org.chromium.") for p in browser_tmp.iterdir())
 
 
 def test_the_report_draws_in_a_headless_browser(tmp_path: Path, browser: Any) -> None:
