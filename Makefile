@@ -48,8 +48,11 @@ test: lint
 test-sdk: $(STAMP)
 	$(BIN)/python tests/sdk/run_suites.py --cache .sdk-tests
 
+# The soaks in parallel as the default run is (their multi-node ones still one after
+# another, by the serial groups of tests/conftest.py): 564 s and 634 s against 893 s one
+# at a time, all 13 green each time (7 December 2026).
 test-slow: $(STAMP)
-	$(BIN)/pytest -q -m slow $(PYTEST_REPORT)
+	$(BIN)/pytest -q -m slow $(PYTEST_PARALLEL) $(PYTEST_REPORT)
 
 run: $(STAMP)
 	$(BIN)/surfacelog run
