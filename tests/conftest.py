@@ -141,6 +141,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def temp_files_in_basetemp(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Each test process's temp dir, and its children's, is its pytest basetemp (see
+    ``support.paths.temp_files_under``): a browser's singleton socket or a Ray
+    dashboard's ``pymp-*`` folder used to stay in /tmp after every run."""
+    from support.paths import temp_files_under
+
+    temp_files_under(tmp_path_factory.getbasetemp())
+
+
 @pytest.fixture(scope="session")
 def ray_local() -> Iterator[None]:
     """``ray.init(num_cpus=2)`` once per test process (each xdist worker has its own),

@@ -24,7 +24,8 @@ BEYOND_THE_PACKAGE = {
     "benchmarks": "smoke runs of benchmarks/ at tiny sizes",
     "sdk": "make test-sdk: the agent SDKs' own session tests run against the adapters",
 }
-PACKAGE_WIDE = {"test_layers.py", "test_errors.py", "test_suite_layout.py"}
+PACKAGE_WIDE = {"test_layers.py", "test_errors.py", "test_suite_layout.py",
+                "test_temp_dirs.py"}
 
 
 def _folders() -> set[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ipaddress
-import os
 from pathlib import Path
 
 import psutil
@@ -58,12 +57,8 @@ def _dashboard_served(db: Path, asked: str) -> str:
         " if k.status == 'LISTEN'}\n"
         "print('DASHBOARD' if 8265 in ports else 'NONE')\n"
         "c.shutdown()\n")
-    # The child's temp files go beside its database (the dashboard's processes left a
-    # pymp-* folder in /tmp each run), Ray's own where Ray puts them on Linux.
-    env = {**os.environ, "TMPDIR": str(db.parent),
-           "RAY_TMPDIR": os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"}
     done = subprocess.run([sys.executable, "-c", script, str(db), asked],
-                          capture_output=True, text=True, timeout=180, env=env)
+                          capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.strip().splitlines()[-1]
 

@@ -9,10 +9,10 @@ report of a real run."""
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,16 +42,7 @@ def _install_chromium() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def browser_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The browser's profile and temp dir."""
-    return tmp_path_factory.mktemp("chromium")
-
-
-@pytest.fixture(scope="module")
-def browser(browser_tmp: Path) -> Iterator[Any]:
-    """A headless chromium whose profile and temp files live in a pytest temp dir:
-    started with the defaults, each run left a folder with its singleton socket in
-    /tmp for good."""
+def browser() -> Iterator[Any]:
     why = _install_chromium()
     if why is not None:
         pytest.skip(f"no headless browser: {why}")
@@ -62,12 +53,10 @@ def browser(browser_tmp: Path) -> Iterator[Any]:
     options = Options()
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu",
-                "--disable-dev-shm-usage", "--window-size=1200,900",
-                f"--user-data-dir={browser_tmp / 'profile'}"):
+                "--disable-dev-shm-usage", "--window-size=1200,900"):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    service = Service(CHROMEDRIVER, env={**os.environ, "TMPDIR": str(browser_tmp)})
-    driver = webdriver.Chrome(service=service, options=options)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
         yield driver
     finally:
@@ -98,12 +87,12 @@ def a_result(tmp_path: Path) -> RunResult:
                      actor_kill_times=[2.5, 6.0], started_at=1000.0)
 
 
-def test_the_browser_keeps_its_temp_files_in_the_tests_temp_dir(browser_tmp: Path,
-                                                                 browser: Any) -> None:
-    # Chromium's singleton socket folder (org.chromium.Chromium.XXXXXX) is made in
-    # TMPDIR when it starts: here, so that pytest's cleanup removes it, not in /tmp.
+def test_the_browser_keeps_its_temp_files_in_the_tests_temp_dir(browser: Any) -> None:
+    # Chromium makes its singleton socket's folder (org.chromium.Chromium.XXXXXX) in
+    # TMPDIR when it starts: the test process's (conftest.temp_files_in_basetemp),
+    # which pytest removes in its turn, not /tmp, where each run used to leave one.
     assert browser.execute_script("return 1 + 1") == 2
-    assert any(p.name.startswith("org.chromium.") for p in browser_tmp.iterdir())
+    assert any(Path(tempfile.gettempdir()).glob("org.chromium.*"))
 
 
 def test_the_report_draws_in_a_headless_browser(tmp_path: Path, browser: Any) -> None:

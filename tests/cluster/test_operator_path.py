@@ -19,7 +19,6 @@ import json
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ import pytest
 from surfacelog.cli.localcluster import write_shard_map
 from surfacelog.store.shardmap import Shard, ShardMap, default_resource
 
+from support import paths
 from support.operator_cluster import OperatorCluster
 
 RUN_TIMEOUT_S = 600.0
@@ -121,7 +121,7 @@ def check(report: dict[str, Any], cluster: OperatorCluster, left: list[str],
     # Every process of the cluster stopped at the end, none of them by force, and it
     # never became the machine's "current" Ray (what a bare `ray.init()` joins).
     assert left == [] and cluster.still_running() == []
-    current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+    current = paths.ray_temp_root() / "ray_current_cluster"
     assert not current.exists() or cluster.address not in current.read_text()
     for folder in cluster.shards.values():
         assert (folder / "surfacelog.db").is_file()

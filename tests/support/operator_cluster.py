@@ -30,6 +30,8 @@ from typing import Any
 
 import psutil
 
+from support.paths import ray_temp_root
+
 RAY = str(Path(sys.executable).with_name("ray"))
 """The ``ray`` command of this environment."""
 START_TIMEOUT_S = 120.0
@@ -108,9 +110,10 @@ class OperatorCluster:
         # Ray's session files, sockets and "current cluster" file in a folder of this
         # cluster's own: under the default /tmp/ray, `ray start --head` would make it
         # the cluster that any `ray.init()` on this machine joins (other users' too).
-        # Short, beside root rather than under it: Unix socket paths are limited to
-        # 107 bytes.
-        self.temp_dir = Path(tempfile.mkdtemp(prefix="sl-ray-"))
+        # Short, beside Ray's own folder rather than under the test's temp dir: Unix
+        # socket paths are limited to 107 bytes.
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="sl-ray-",
+                                              dir=ray_temp_root().parent))
         self.nodes: dict[str, subprocess.Popen[bytes]] = {}
         self.seen: dict[int, psutil.Process] = {}
         """Every process of the cluster seen so far, by pid (see ``_note``)."""
