@@ -12,7 +12,6 @@ from __future__ import annotations
 import random
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -87,12 +86,13 @@ def a_result(tmp_path: Path) -> RunResult:
                      actor_kill_times=[2.5, 6.0], started_at=1000.0)
 
 
-def test_the_browser_keeps_its_temp_files_in_the_tests_temp_dir(browser: Any) -> None:
+def test_the_browser_keeps_its_temp_files_in_the_tests_temp_dir(
+        tmp_path_factory: pytest.TempPathFactory, browser: Any) -> None:
     # Chromium makes its singleton socket's folder (org.chromium.Chromium.XXXXXX) in
-    # TMPDIR when it starts: the test process's (conftest.temp_files_in_basetemp),
+    # TMPDIR when it starts: the test process's basetemp (conftest.temp_files_in_basetemp),
     # which pytest removes in its turn, not /tmp, where each run used to leave one.
     assert browser.execute_script("return 1 + 1") == 2
-    assert any(Path(tempfile.gettempdir()).glob("org.chromium.*"))
+    assert any(tmp_path_factory.getbasetemp().glob("org.chromium.*"))
 
 
 def test_the_report_draws_in_a_headless_browser(tmp_path: Path, browser: Any) -> None:
