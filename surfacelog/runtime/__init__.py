@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from surfacelog.runtime.choices import Durability
-    from surfacelog.runtime.errors import Conflict, SessionUnavailable
+    from surfacelog.runtime.errors import Conflict, SessionUnavailable, StreamBroken
     from surfacelog.runtime.handle import (
         MAX_REPLANS,
         EmbeddedHandle,
@@ -29,11 +29,13 @@ if TYPE_CHECKING:
         compact_planned,
     )
     from surfacelog.runtime.live import RELOAD, Appended, LiveSession, SessionStats, StateDelta
+    from surfacelog.runtime.stream import AppendStream
 
 _WHERE = {
     "Durability": "surfacelog.runtime.choices",
     "Conflict": "surfacelog.runtime.errors",
     "SessionUnavailable": "surfacelog.runtime.errors",
+    "StreamBroken": "surfacelog.runtime.errors",
     "MAX_REPLANS": "surfacelog.runtime.handle",
     "EmbeddedHandle": "surfacelog.runtime.handle",
     "SessionLike": "surfacelog.runtime.handle",
@@ -45,11 +47,12 @@ _WHERE = {
     "LiveSession": "surfacelog.runtime.live",
     "SessionStats": "surfacelog.runtime.live",
     "StateDelta": "surfacelog.runtime.live",
+    "AppendStream": "surfacelog.runtime.stream",
 }
 
-__all__ = ["MAX_REPLANS", "RELOAD", "Appended", "Conflict", "Durability", "EmbeddedHandle",
-           "LiveSession", "SessionLike", "SessionStats", "SessionUnavailable", "StateDelta",
-           "SurfaceView", "append_planned", "compact_planned"]
+__all__ = ["MAX_REPLANS", "RELOAD", "AppendStream", "Appended", "Conflict", "Durability",
+           "EmbeddedHandle", "LiveSession", "SessionLike", "SessionStats", "SessionUnavailable",
+           "StateDelta", "StreamBroken", "SurfaceView", "append_planned", "compact_planned"]
 
 
 def __getattr__(name: str) -> Any:

@@ -26,4 +26,22 @@ class SessionUnavailable(SurfacelogError):
         return (type(self), self.args)
 
 
-__all__ = ["Conflict", "SessionUnavailable"]
+class StreamBroken(SurfacelogError):
+    """A write of an ``AppendStream`` was not sent because an earlier write of the
+    stream failed (its cause is ``__cause__`` and is named in the message): a stream
+    never logs a write without the ones before it. Nothing of this write was
+    appended; start a new stream from the session's length."""
+
+    @classmethod
+    def after(cls, cause: BaseException) -> StreamBroken:
+        """The error of a write after the one that failed with ``cause``."""
+        error = cls(f"not sent: an earlier write of the stream failed "
+                    f"({type(cause).__name__}: {cause})")
+        error.__cause__ = cause
+        return error
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), self.args)
+
+
+__all__ = ["Conflict", "SessionUnavailable", "StreamBroken"]
