@@ -14,6 +14,7 @@ Placement = Literal["dedicated", "packed"]
 """How session actors hold sessions: one actor per session, or many per actor."""
 Writer = Literal["journal", "owner"]
 """Who commits a shard's file: a journal actor, or the packed actor that owns it."""
-AppendMode = Literal["batch", "chunk"]
-"""How a driver appends a model step's chunks: in one ``append_batch``, or one
-``append`` each."""
+AppendMode = Literal["batch", "chunk", "stream"]
+"""How a driver appends a model step's chunks: in one ``append_batch``; one ``append``
+each, each awaited before the next; or each written as it arrives through an
+``AppendStream``, those that arrive while its append is in flight going together."""

@@ -25,6 +25,7 @@ from surfacelog.actors.errors import ShardUnavailable, TurnInterrupted
 from surfacelog.actors.protocol import Conflict, LoggedEvents, SessionUnavailable
 from surfacelog.actors.script import AgentScript, ScriptConfig
 from surfacelog.runtime.live import LiveSession
+from surfacelog.runtime.stream import AppendStream
 from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec, SurfaceSnapshot
 from surfacelog.session.context import DEFAULT_PLUGIN, context_message
@@ -317,17 +318,7 @@ class SessionDriver:
                 await asyncio.sleep(0.2)
                 await self._check_turn_open()
                 continue
-            now = time.perf_counter()
-            latency_ms = (now - t0) * 1000.0
-            ended = time.time()
-            self.progress.latencies_ms.append(latency_ms)
-            self.progress.append_times_ms.append((ended - self.started) * 1000.0)
-            self.progress.appends += 1
-            self.progress.events += len(events)
-            self.shard.latencies_ms.append(latency_ms)
-            self.shard.ok_times.append(ended)
-            self.shard.appends += 1
-            self.shard.events += len(events)
+            self._acknowledged(t0, len(events))
             self.next_seq = events.seqs.stop
             return events
         raise RuntimeError(f"session {self.handle.session_id}: gave up after "
@@ -342,17 +333,57 @@ class SessionDriver:
         event = await self._through_outage(partial(self.handle.set_context, body))
         if event is None:
             return
+        self._acknowledged(t0, 1)
+        self.next_seq = max(self.next_seq, event.seq + 1)
+
+    def _acknowledged(self, t0: float, events: int) -> None:
+        """Count an append of ``events`` events acknowledged now, sent (or, paced,
+        arrived) at ``t0`` (a ``time.perf_counter()`` reading)."""
         latency_ms = (time.perf_counter() - t0) * 1000.0
         ended = time.time()
         self.progress.latencies_ms.append(latency_ms)
         self.progress.append_times_ms.append((ended - self.started) * 1000.0)
         self.progress.appends += 1
-        self.progress.events += 1
+        self.progress.events += events
         self.shard.latencies_ms.append(latency_ms)
         self.shard.ok_times.append(ended)
         self.shard.appends += 1
-        self.shard.events += 1
-        self.next_seq = max(self.next_seq, event.seq + 1)
+        self.shard.events += events
+
+    async def stream(self, specs: Sequence[AppendSpec]) -> list[int]:
+        """Append ``specs`` (a model stream's chunks) each as it arrives (paced:
+        ``_arrival``; else all at once, as a model faster than the appends), through an
+        ``AppendStream`` chained at the tail: the chunks that arrive while the stream's
+        append is in flight go together in its next. Each chunk counts as an append,
+        its latency from its arrival to its acknowledgement. Returns their seqs. After
+        a failure (a conflict, an outage: the stream is broken), the chunks not logged
+        are sent one at a time by ``send``, which resyncs and waits outages out; raises
+        what ``send`` raises."""
+        writer = AppendStream(self.handle, self.next_seq)
+        written: list[asyncio.Future[int]] = []
+        for spec in specs:
+            arrived = await self._arrival()
+            future = writer.write(spec)
+            future.add_done_callback(partial(
+                self._chunk_answered, time.perf_counter() if arrived is None else arrived))
+            written.append(future)
+        seqs: list[int] = []
+        for index, outcome in enumerate(await asyncio.gather(*written,
+                                                             return_exceptions=True)):
+            if isinstance(outcome, int):
+                seqs.append(outcome)
+                continue
+            if not isinstance(outcome, Exception):
+                raise outcome
+            for spec in specs[index:]:
+                seqs.append((await self.send([spec])).seqs[0])
+            break
+        return seqs
+
+    def _chunk_answered(self, t0: float, future: asyncio.Future[int]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            self._acknowledged(t0, 1)
+            self.next_seq = max(self.next_seq, future.result() + 1)
 
     async def _check_turn_open(self) -> None:
         """Resync the tail; raise ``TurnInterrupted`` when our turn is no longer the one
@@ -386,7 +417,8 @@ class SessionDriver:
                 chunk_seqs = list(logged.seqs[1:])
             else:
                 await self.send([script.step_start(turn, step)])
-                chunk_seqs = [(await self.send([c])).seqs[0] for c in stream.chunks]
+                chunk_seqs = (await self.stream(stream.chunks) if cfg.mode == "stream"
+                              else [(await self.send([c])).seqs[0] for c in stream.chunks])
             logged = await self.send([script.message(turn, step, stream, chunk_seqs),
                                       *(script.tool_call(turn, step, c) for c in stream.calls)])
             call_seqs = list(logged.seqs[1:])
@@ -402,7 +434,7 @@ class SessionDriver:
         but ``TurnInterrupted``."""
         turn = self.last_turn if self.last_turn is not None else await self.activate()
         cfg = self.script.config
-        if cfg.mode == "chunk" and cfg.chunk_every_ms > 0:
+        if cfg.mode != "batch" and cfg.chunk_every_ms > 0:
             # Each session from its own phase of the interval: started together they
             # would all append at the same instants.
             self.next_at = (time.perf_counter()

@@ -46,7 +46,7 @@ class ScriptConfig(Struct, frozen=True):
     big_result_chars: int = 9000
     mode: AppendMode = "batch"
     chunk_every_ms: float = 0.0
-    """In chunk mode, how far apart a session's appends arrive: its model stream's
+    """In chunk and stream modes, how far apart a session's appends arrive: its model stream's
     chunks as a model streams them, and between two streams the message, the tool
     calls and their results, as tools take time to run and a model to answer (and
     before a turn, its workspace context); 0: each as soon as the one before is

@@ -88,7 +88,7 @@ def config_rows(cfg: RunConfig) -> list[tuple[str, str]]:
     read the figures (``--json``, ``--report`` and ``--force`` are left out)."""
     hidden = {"packs": cfg.placement != "packed", "kill_journal": not cfg.kill_every_s,
               "node_down_s": not (cfg.kill_node_every_s or cfg.kill_disk_every_s),
-              "chunk_every_ms": cfg.mode != "chunk",
+              "chunk_every_ms": cfg.mode == "batch",
               "max_kills": not cfg.chaos,
               "replica": cfg.replica is None, "kill_disk_every_s": not cfg.kill_disk_every_s,
               # With a shard map the shards are the map's: no --db, no shard count.

@@ -95,11 +95,14 @@ class RunConfig:
              "summary's blocks, sync or async (e.g. one that calls a model)")
     ] = "extractive"
     mode: Annotated[AppendMode, Option(
-        help="chunk: each model stream chunk its own append, as a live agent streams "
-             "(the default); batch: a step's chunks in one append_batch")] = "chunk"
+        help="chunk: each model stream chunk its own append, as a live agent streams, "
+             "each awaited before the next (the default); stream: each chunk written as "
+             "it arrives through an AppendStream, those that arrive while the session's "
+             "append is in flight going together in its next; batch: a step's chunks in "
+             "one append_batch")] = "chunk"
     chunk_every_ms: Annotated[float, Option(
         "--chunk-every", metavar="MS", min=0.0,
-        help="chunk mode: a session's appends arrive this many milliseconds apart (its "
+        help="chunk and stream modes: a session's appends arrive this many milliseconds apart (its "
              "workspace context, its model stream's chunks, its tool calls and results), "
              "each session from its own phase, and an append's latency counts from its "
              "arrival (a session that falls behind shows in p50/p99); 0 = each append "
@@ -194,9 +197,9 @@ class RunConfig:
         if self.drivers != "auto" and not (self.drivers.isdigit() and int(self.drivers) >= 1):
             raise BadParameter(f"{self.drivers!r} is neither a count >= 1 nor 'auto'",
                                param_hint="'--drivers'")
-        if self.chunk_every_ms > 0 and self.mode != "chunk":
-            raise BadParameter("--chunk-every paces the appends of --mode chunk; a "
-                               "batch append carries a step's chunks at once",
+        if self.chunk_every_ms > 0 and self.mode == "batch":
+            raise BadParameter("--chunk-every paces the appends of --mode chunk or "
+                               "stream; a batch append carries a step's chunks at once",
                                param_hint="'--chunk-every'")
         if self.writer == "owner" and self.placement != "packed":
             raise BadParameter("--writer owner hosts a shard's sessions in one actor: it "

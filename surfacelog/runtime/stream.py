@@ -35,16 +35,23 @@ import asyncio
 from collections import deque
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Final
+from typing import Final, Protocol
 
 from surfacelog.runtime.errors import StreamBroken
-from surfacelog.runtime.handle import SessionLike
 from surfacelog.schema.errors import SurfaceError
 from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec
 
 MAX_EVENTS: Final = 256
 """Writes per append, at most (the rest go in the next)."""
+
+
+class Appender(Protocol):
+    """What a stream appends through: a ``SessionLike``'s ``append_batch`` (the Ray
+    handle, the in-process one, a load run's driver handle)."""
+
+    async def append_batch(self, specs: Sequence[AppendSpec],
+                           expected_seq: int | None = None) -> Sequence[Event]: ...
 
 
 def _seqs(logged: Sequence[Event]) -> Sequence[int]:
@@ -62,7 +69,7 @@ class AppendStream:
     ``None`` to append wherever the log ends. Use from one event loop. ``async with``
     drains the stream at the end of the block (unless the block raised)."""
 
-    def __init__(self, session: SessionLike, expected_seq: int | None = None, *,
+    def __init__(self, session: Appender, expected_seq: int | None = None, *,
                  max_events: int = MAX_EVENTS) -> None:
         if max_events < 1:
             raise ValueError("a stream needs max_events >= 1")
@@ -216,4 +223,4 @@ class AppendStream:
                 future.set_exception(StreamBroken.after(self._broken))
 
 
-__all__ = ["MAX_EVENTS", "AppendStream", "StreamBroken"]
+__all__ = ["MAX_EVENTS", "AppendStream", "Appender", "StreamBroken"]

@@ -1,0 +1,125 @@
+"""The load driver's ``stream`` mode (``run --mode stream``): a model stream's chunks
+written through an ``AppendStream`` as they arrive. It logs what ``chunk`` mode logs, in
+fewer appends when the chunks come faster than appends are answered, counts each chunk
+as an append, and gets through a conflict in the middle of a stream with every chunk
+logged once. The driver over a ``LiveSession`` on a real SQLite store, in this process:
+no Ray."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from surfacelog.actors.driver import DriverProgress, LocalHandle, SessionDriver
+from surfacelog.actors.protocol import LoggedEvents
+from surfacelog.actors.script import AgentScript, ScriptConfig
+from surfacelog.runtime import LiveSession
+from surfacelog.session import AppendSpec
+from surfacelog.store.shardmap import Shard, ShardMap
+from surfacelog.store.sqlite import SqliteEventStore
+
+CHUNKS = 6
+
+
+class _Client:
+    resent = 0
+    retry_for_s = 30.0
+
+    async def shard_of(self, session_id: str) -> Shard:
+        return ShardMap.single("stream.db").shards[0]
+
+
+class _CountingHandle(LocalHandle):
+    """The driver's calls on ``live``, each append's specs kept; once, before the
+    append that carries chunk number ``intrude_before`` of the first stream, another
+    writer appends an event of its own (as a compactor's replace would land)."""
+
+    def __init__(self, live: LiveSession, intrude_before: int | None = None) -> None:
+        super().__init__(live, _Client())
+        self.sent: list[list[str]] = []
+        self._intrude_before = intrude_before
+        self._chunks_sent = 0
+
+    async def append_batch(self, specs: Sequence[AppendSpec],
+                           expected_seq: int | None = None) -> LoggedEvents:
+        self.sent.append([s.type for s in specs])
+        chunks = sum(s.type == "assistant/chunk" for s in specs)
+        if (self._intrude_before is not None and chunks
+                and self._chunks_sent <= self._intrude_before < self._chunks_sent + chunks):
+            self._intrude_before = None
+            await self._live.append_batch(
+                [AppendSpec("x-test/marker", {"by": "other"}, ignorable=True)])
+        self._chunks_sent += chunks
+        return await super().append_batch(specs, expected_seq)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteEventStore]:
+    s = await SqliteEventStore.open(str(tmp_path / "stream.db"))
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def drive(store: SqliteEventStore, session: str, mode: str,
+                intrude_before: int | None = None, every_ms: float = 0.0
+                ) -> tuple[LiveSession, _CountingHandle, DriverProgress]:
+    live = await LiveSession.activate(session, store)
+    handle = _CountingHandle(live, intrude_before)
+    progress = DriverProgress()
+    config = ScriptConfig(mode=mode, steps=2, chunks=CHUNKS,  # type: ignore[arg-type]
+                          chunk_every_ms=every_ms)
+    driver = SessionDriver(handle, AgentScript("agent", config), progress, time.time())
+    await driver.run(2)
+    assert progress.errors == 0 and progress.turns_done == 2
+    log = list(live.session.log)
+    for message in (e for e in log if e.type == "assistant/message"):
+        cited = message.source_event_seqs  # each cites exactly its stream's chunks
+        assert cited and all(log[s].type == "assistant/chunk" for s in cited)
+    return live, handle, progress
+
+
+def content(live: LiveSession) -> list[tuple[str, object]]:
+    """The log without seqs, times and the other writer's marker."""
+    return [(e.type, e.data) for e in live.session.log if e.type != "x-test/marker"]
+
+
+async def test_stream_mode_logs_what_chunk_mode_logs_in_fewer_appends(
+        store: SqliteEventStore) -> None:
+    chunked, chunk_handle, chunk_progress = await drive(store, "a", "chunk")
+    streamed, stream_handle, stream_progress = await drive(store, "b", "stream")
+    assert content(streamed) == content(chunked)
+    assert [e.seq for e in streamed.session.log] == [e.seq for e in chunked.session.log]
+    # each chunk is an append of the agent's, answered with its latency
+    assert stream_progress.appends == chunk_progress.appends
+    assert stream_progress.events == chunk_progress.events
+    assert len(stream_progress.latencies_ms) == stream_progress.appends
+    # unpaced, a stream's chunks all arrive before its first append leaves: one
+    # append a stream (2 turns x 2 steps) carrying all of its chunks
+    streams = [types for types in stream_handle.sent if "assistant/chunk" in types]
+    chunk_events = [e for e in streamed.session.log if e.type == "assistant/chunk"]
+    assert len(streams) == 2 * 2 and all(set(t) == {"assistant/chunk"} for t in streams)
+    assert sum(len(t) for t in streams) == len(chunk_events) > 2 * 2 * CHUNKS
+    assert len(stream_handle.sent) == len(chunk_handle.sent) - len(chunk_events) + 2 * 2
+
+
+async def test_a_conflict_in_the_middle_of_a_stream_loses_and_repeats_nothing(
+        store: SqliteEventStore) -> None:
+    reference, _, _ = await drive(store, "a", "chunk")
+    live, handle, progress = await drive(store, "b", "stream", intrude_before=3)
+    assert progress.conflicts >= 1
+    assert [e.type for e in live.session.log].count("x-test/marker") == 1
+    assert content(live) == content(reference)
+
+
+async def test_paced_stream_sends_each_chunk_as_it_arrives(store: SqliteEventStore) -> None:
+    """Chunks 20 ms apart, answered far sooner: one chunk per append, as chunk mode."""
+    live, handle, progress = await drive(store, "a", "stream", every_ms=20.0)
+    streams = [types for types in handle.sent if "assistant/chunk" in types]
+    chunk_events = [e for e in live.session.log if e.type == "assistant/chunk"]
+    assert all(len(t) == 1 for t in streams) and len(streams) == len(chunk_events)
+    assert len(progress.latencies_ms) == progress.appends
