@@ -110,7 +110,7 @@ async def test_stream_mode_logs_what_chunk_mode_logs_in_fewer_appends(
 async def test_a_conflict_in_the_middle_of_a_stream_loses_and_repeats_nothing(
         store: SqliteEventStore) -> None:
     reference, _, _ = await drive(store, "a", "chunk")
-    live, handle, progress = await drive(store, "b", "stream", intrude_before=3)
+    live, _, progress = await drive(store, "b", "stream", intrude_before=3)
     assert progress.conflicts >= 1
     assert [e.type for e in live.session.log].count("x-test/marker") == 1
     assert content(live) == content(reference)
