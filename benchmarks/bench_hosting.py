@@ -28,7 +28,11 @@ its own, ``SURFACELOG_COALESCE=0``, the behaviour before coalescing):
    beside row 3 (the same run through Ray), and beside the same through a gateway that
    serves every route with FastAPI (``SURFACELOG_GATEWAY_DIRECT=0``): events/s, p50, CPU
    per event, and the gateway replica's own CPU per event. ``--direct-pairs N`` runs
-   only that comparison, N alternating pairs at 50 sessions x 30 turns.
+   only that comparison, N alternating pairs at 50 sessions x 30 turns;
+7. ``--mode stream``, 50 sessions: each chunk written through an ``AppendStream`` as
+   it arrives (unpaced: a model faster than the appends, so a stream's chunks travel
+   together), beside the same workload in process and row 2's chunk run; then 1,000
+   sessions paced (``--chunk-every 1000``) beside chunk mode paced alike.
 
 The floors run with the actors' collector setting (``tune_gc``). Each ``surfacelog
 run`` is a child process with its own embedded Ray (as a user runs it);
@@ -414,7 +418,7 @@ def run_all(folder: str, quick: bool) -> Report:
                       noop.busy_cpu_ms, note="all processes; as call_many and append_many "
                       "are declared"))
     floors, floor_cpu = {}, {}
-    for mode in ("chunk",) if quick else ("chunk", "batch"):
+    for mode in ("chunk",) if quick else ("chunk", "batch", "stream"):
         floor = asyncio.run(in_process_floor(folder, sessions, turns, mode))  # type: ignore[arg-type]
         floors[mode], floor_cpu[mode] = floor.rate, floor.cpu_ms
         report.add(Result("1", f"in process, {mode} mode, {sessions} sessions", floor.rate,
@@ -431,6 +435,7 @@ def run_all(folder: str, quick: bool) -> Report:
                       note=f"{sessions} sessions, one durable chunk append each per call; "
                       "the class wrapped as in a Ray worker"))
     base = ["--sessions", str(sessions), "--turns", str(turns)]
+    chunked: dict[str, Any] = {}
     # --quick (the smoke test) skips the batch row: its path is the chunk row's.
     for section, mode in (("2", "chunk"),) if quick else (("2", "chunk"), ("3", "batch")):
         print(f"{section}. {mode} mode, {sessions} sessions", flush=True)
@@ -441,8 +446,11 @@ def run_all(folder: str, quick: bool) -> Report:
              noop.rate)
         _split_rows(report, section, f"{mode}, {sessions} sessions", after,
                     floor_cpu[mode])
-    if quick:  # the smoke test: rows 4 and 5 run the same code as row 2
+        chunked = after if mode == "chunk" else chunked
+    if quick:  # the smoke test: rows 4 to 7 run the same code as row 2
         return report
+    _stream_rows(report, folder, base, sessions, floors["stream"], floor_cpu["stream"],
+                 noop.rate, chunked)
     print("4. sessions", flush=True)
     for count in (1, 50, 200, 1000):
         args = ["--sessions", str(count), "--turns", str(turns if count <= 200 else 2),
@@ -502,6 +510,38 @@ def run_all(folder: str, quick: bool) -> Report:
                          direct=False)
     _direct_rows(report, "6", f"--via http, batch, {sessions} sessions", via_http, fastapi)
     return report
+
+
+def _stream_rows(report: Report, folder: str, base: list[str], sessions: int,
+                 floor: float, floor_ms: float, noop_rate: float,
+                 chunked: dict[str, Any]) -> None:
+    """Row 7: ``--mode stream`` (coalesced and not, beside its in-process floor), its
+    figures against row 2's chunk run (``chunked``), and 1,000 sessions paced at a
+    chunk a second in both modes."""
+    print(f"7. stream mode, {sessions} sessions", flush=True)
+    args = [*base, "--mode", "stream"]
+    after = hosted_run(folder, f"stream-{sessions}", args, True)
+    before = hosted_run(folder, f"stream-{sessions}", args, False)
+    label = f"stream, {sessions} sessions"
+    _row(report, "7", label, after, before, floor, noop_rate)
+    _split_rows(report, "7", label, after, floor_ms)
+    report.add(Result("7", f"{label}: events/s vs chunk mode", after["events_per_s"],
+                      "events/s", "chunk (row 2)", chunked["events_per_s"]))
+    report.add(Result("7", f"{label}: CPU per event vs chunk mode",
+                      after["cpu_ms_per_event"], "ms", "chunk (row 2)",
+                      chunked["cpu_ms_per_event"],
+                      note=f"Ray calls/event {after['ray_calls_per_event']} (chunk "
+                      f"{chunked['ray_calls_per_event']})"))
+    paced_args = ["--sessions", "1000", "--turns", "1", "--chunk-every", "1000"]
+    paced = {mode: hosted_run(folder, f"paced-{mode}", [*paced_args, "--mode", mode], True)
+             for mode in ("chunk", "stream")}
+    lat, was = (paced[m]["append_latency_ms"] for m in ("stream", "chunk"))
+    report.add(Result("7", "stream, 1,000 sessions, a chunk a second each: p50", lat["p50"],
+                      "ms", "chunk mode, paced alike", was["p50"], "<= 50 ms",
+                      lat["p50"] <= 50,
+                      note=f"p99 {lat['p99']} ms (chunk {was['p99']}); CPU/event "
+                      f"{paced['stream']['cpu_ms_per_event']} ms (chunk "
+                      f"{paced['chunk']['cpu_ms_per_event']})"))
 
 
 REPLICA = "GatewayReplica"
