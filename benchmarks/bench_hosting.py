@@ -29,10 +29,11 @@ its own, ``SURFACELOG_COALESCE=0``, the behaviour before coalescing):
    serves every route with FastAPI (``SURFACELOG_GATEWAY_DIRECT=0``): events/s, p50, CPU
    per event, and the gateway replica's own CPU per event. ``--direct-pairs N`` runs
    only that comparison, N alternating pairs at 50 sessions x 30 turns;
-7. ``--mode stream``, 50 sessions: each chunk written through an ``AppendStream`` as
-   it arrives (unpaced: a model faster than the appends, so a stream's chunks travel
-   together), beside the same workload in process and row 2's chunk run; then 1,000
-   sessions paced (``--chunk-every 1000``) beside chunk mode paced alike.
+7. ``--mode stream``, 50 sessions: a model attempt's start and chunks each written
+   through an ``AppendStream`` as they arrive (unpaced: a model faster than the
+   appends, so an attempt's writes travel together), beside the same workload in
+   process and row 2's chunk run; then 1,000 sessions paced (``--chunk-every 1000``)
+   beside chunk mode paced alike.
 
 The floors run with the actors' collector setting (``tune_gc``). Each ``surfacelog
 run`` is a child process with its own embedded Ray (as a user runs it);
@@ -449,8 +450,6 @@ def run_all(folder: str, quick: bool) -> Report:
         chunked = after if mode == "chunk" else chunked
     if quick:  # the smoke test: rows 4 to 7 run the same code as row 2
         return report
-    _stream_rows(report, folder, base, sessions, floors["stream"], floor_cpu["stream"],
-                 noop.rate, chunked)
     print("4. sessions", flush=True)
     for count in (1, 50, 200, 1000):
         args = ["--sessions", str(count), "--turns", str(turns if count <= 200 else 2),
@@ -509,6 +508,8 @@ def run_all(folder: str, quick: bool) -> Report:
     fastapi = hosted_run(folder, "http", [*base, "--mode", "batch", "--via", "http"], True,
                          direct=False)
     _direct_rows(report, "6", f"--via http, batch, {sessions} sessions", via_http, fastapi)
+    _stream_rows(report, folder, base, sessions, floors["stream"], floor_cpu["stream"],
+                 noop.rate, chunked)
     return report
 
 

@@ -351,7 +351,7 @@ class SessionDriver:
         self.shard.events += events
 
     async def stream(self, specs: Sequence[AppendSpec]) -> list[int]:
-        """Append ``specs`` (a model stream's chunks) each as it arrives (paced:
+        """Append ``specs`` (a model attempt's start and its chunks) each as it arrives (paced:
         ``_arrival``; else all at once, as a model faster than the appends), through an
         ``AppendStream`` chained at the tail: the chunks that arrive while the stream's
         append is in flight go together in its next. Each chunk counts as an append,
@@ -415,10 +415,13 @@ class SessionDriver:
             if cfg.mode == "batch":
                 logged = await self.send([script.step_start(turn, step), *stream.chunks])
                 chunk_seqs = list(logged.seqs[1:])
+            elif cfg.mode == "stream":
+                # The model attempt's start and its chunks, each written as it comes.
+                chunk_seqs = (await self.stream([script.step_start(turn, step),
+                                                 *stream.chunks]))[1:]
             else:
                 await self.send([script.step_start(turn, step)])
-                chunk_seqs = (await self.stream(stream.chunks) if cfg.mode == "stream"
-                              else [(await self.send([c])).seqs[0] for c in stream.chunks])
+                chunk_seqs = [(await self.send([c])).seqs[0] for c in stream.chunks]
             logged = await self.send([script.message(turn, step, stream, chunk_seqs),
                                       *(script.tool_call(turn, step, c) for c in stream.calls)])
             call_seqs = list(logged.seqs[1:])

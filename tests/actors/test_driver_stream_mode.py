@@ -98,13 +98,14 @@ async def test_stream_mode_logs_what_chunk_mode_logs_in_fewer_appends(
     assert stream_progress.appends == chunk_progress.appends
     assert stream_progress.events == chunk_progress.events
     assert len(stream_progress.latencies_ms) == stream_progress.appends
-    # unpaced, a stream's chunks all arrive before its first append leaves: one
-    # append a stream (2 turns x 2 steps) carrying all of its chunks
+    # unpaced, a model attempt's start and chunks all arrive before its first append
+    # leaves: one append an attempt (2 turns x 2 steps) carrying all of them
     streams = [types for types in stream_handle.sent if "assistant/chunk" in types]
     chunk_events = [e for e in streamed.session.log if e.type == "assistant/chunk"]
-    assert len(streams) == 2 * 2 and all(set(t) == {"assistant/chunk"} for t in streams)
-    assert sum(len(t) for t in streams) == len(chunk_events) > 2 * 2 * CHUNKS
-    assert len(stream_handle.sent) == len(chunk_handle.sent) - len(chunk_events) + 2 * 2
+    assert len(streams) == 2 * 2
+    assert all(t[0] == "step/start" and set(t[1:]) == {"assistant/chunk"} for t in streams)
+    assert sum(len(t) - 1 for t in streams) == len(chunk_events) > 2 * 2 * CHUNKS
+    assert len(stream_handle.sent) == len(chunk_handle.sent) - len(chunk_events)
 
 
 async def test_a_conflict_in_the_middle_of_a_stream_loses_and_repeats_nothing(
@@ -119,7 +120,8 @@ async def test_a_conflict_in_the_middle_of_a_stream_loses_and_repeats_nothing(
 async def test_paced_stream_sends_each_chunk_as_it_arrives(store: SqliteEventStore) -> None:
     """Chunks 20 ms apart, answered far sooner: one chunk per append, as chunk mode."""
     live, handle, progress = await drive(store, "a", "stream", every_ms=20.0)
-    streams = [types for types in handle.sent if "assistant/chunk" in types]
+    streams = [types for types in handle.sent if types[0] in ("step/start", "assistant/chunk")]
     chunk_events = [e for e in live.session.log if e.type == "assistant/chunk"]
-    assert all(len(t) == 1 for t in streams) and len(streams) == len(chunk_events)
+    assert all(len(t) == 1 for t in streams)
+    assert len(streams) == len(chunk_events) + 2 * 2
     assert len(progress.latencies_ms) == progress.appends
