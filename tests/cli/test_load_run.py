@@ -73,7 +73,7 @@ def test_run_builds_one_run_config_from_its_options(monkeypatch: pytest.MonkeyPa
 
 
 @pytest.mark.parametrize(("option", "value"), [
-    ("--placement", "spread"), ("--durability", "sometimes"), ("--mode", "stream"),
+    ("--placement", "spread"), ("--durability", "sometimes"), ("--mode", "trickle"),
     ("--packs", "0"), ("--kill-every", "-1")])
 def test_run_refuses_a_bad_option_with_a_usage_error(monkeypatch: pytest.MonkeyPatch,
                                                      option: str, value: str) -> None:
