@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import gc
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +149,18 @@ def temp_files_in_basetemp(tmp_path_factory: pytest.TempPathFactory) -> None:
     from support.paths import temp_files_under
 
     temp_files_under(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[Any]:
+    """A new SQLite event store in the test's temp dir (``store.db``), closed after."""
+    from surfacelog.store.sqlite import SqliteEventStore
+
+    store = await SqliteEventStore.open(str(tmp_path / "store.db"))
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 @pytest.fixture(scope="session")

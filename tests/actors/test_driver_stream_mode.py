@@ -8,8 +8,7 @@ no Ray."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 import pytest
 
@@ -18,18 +17,11 @@ from surfacelog.actors.protocol import LoggedEvents
 from surfacelog.actors.script import AgentScript, ScriptConfig
 from surfacelog.runtime import LiveSession
 from surfacelog.session import AppendSpec
-from surfacelog.store.shardmap import Shard, ShardMap
 from surfacelog.store.sqlite import SqliteEventStore
 
+from support.driving import OneShardClient
+
 CHUNKS = 6
-
-
-class _Client:
-    resent = 0
-    retry_for_s = 30.0
-
-    async def shard_of(self, session_id: str) -> Shard:
-        return ShardMap.single("stream.db").shards[0]
 
 
 class _CountingHandle(LocalHandle):
@@ -38,7 +30,7 @@ class _CountingHandle(LocalHandle):
     writer appends an event of its own (as a compactor's replace would land)."""
 
     def __init__(self, live: LiveSession, intrude_before: int | None = None) -> None:
-        super().__init__(live, _Client())
+        super().__init__(live, OneShardClient())
         self.sent: list[list[str]] = []
         self._intrude_before = intrude_before
         self._chunks_sent = 0
@@ -57,12 +49,8 @@ class _CountingHandle(LocalHandle):
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteEventStore]:
-    s = await SqliteEventStore.open(str(tmp_path / "stream.db"))
-    try:
-        yield s
-    finally:
-        await s.close()
+async def store(sqlite_store: SqliteEventStore) -> SqliteEventStore:
+    return sqlite_store
 
 
 async def drive(store: SqliteEventStore, session: str, mode: str,

@@ -20,19 +20,12 @@ from surfacelog.actors.script import AgentScript, ScriptConfig
 from surfacelog.runtime import LiveSession
 from surfacelog.schema.events import Event
 from surfacelog.session import AppendSpec
-from surfacelog.store.shardmap import Shard, ShardMap
 from surfacelog.store.sqlite import SqliteEventStore
+
+from support.driving import OneShardClient
 
 EVERY_MS = 20.0
 SLOW_S = 0.1
-
-
-class _Client:
-    resent = 0
-    retry_for_s = 30.0
-
-    async def shard_of(self, session_id: str) -> Shard:
-        return ShardMap.single("paced.db").shards[0]
 
 
 class _TimedHandle(LocalHandle):
@@ -42,7 +35,7 @@ class _TimedHandle(LocalHandle):
     stream only."""
 
     def __init__(self, live: LiveSession, slow_chunk: int | None) -> None:
-        super().__init__(live, _Client())
+        super().__init__(live, OneShardClient())
         self._slow_chunk = slow_chunk
         self.streams: list[list[float]] = []
         self.appends: list[float] = []

@@ -7,7 +7,6 @@ the stream against writes awaited one at a time."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -46,20 +45,25 @@ def logged(events: list[Any]) -> list[tuple[str, Any]]:
     return [(e.type, e.data) for e in events]
 
 
+Streaming = tuple[EmbeddedHandle, int, AppendStream]
+"""A session with its turn and step open, its length, and a stream chained there."""
+
+
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteEventStore]:
-    s = await SqliteEventStore.open(str(tmp_path / "stream.db"))
-    try:
-        yield s
-    finally:
-        await s.close()
+async def store(sqlite_store: SqliteEventStore) -> SqliteEventStore:
+    return sqlite_store
+
+
+@pytest.fixture
+async def streaming(store: SqliteEventStore) -> Streaming:
+    handle = EmbeddedHandle("s", store)
+    start = await opened(handle)
+    return handle, start, AppendStream(handle, start)
 
 
 async def test_writes_made_while_an_append_is_in_flight_go_in_the_next(
-        store: SqliteEventStore) -> None:
-    handle = EmbeddedHandle("s", store)
-    start = await opened(handle)
-    stream = AppendStream(handle, start)
+        streaming: Streaming) -> None:
+    handle, start, stream = streaming
     specs = chunks(12)
     first = stream.write(specs[0])
     await asyncio.sleep(0)  # the first append leaves alone
@@ -74,10 +78,8 @@ async def test_writes_made_while_an_append_is_in_flight_go_in_the_next(
     assert [e.seq for e in events] == seqs
 
 
-async def test_a_write_alone_is_an_append_alone(store: SqliteEventStore) -> None:
-    handle = EmbeddedHandle("s", store)
-    start = await opened(handle)
-    stream = AppendStream(handle, start)
+async def test_a_write_alone_is_an_append_alone(streaming: Streaming) -> None:
+    _, start, stream = streaming
     for k, spec in enumerate(chunks(5)):
         assert await stream.write(spec) == start + k
         assert stream.pending == 0
@@ -85,10 +87,8 @@ async def test_a_write_alone_is_an_append_alone(store: SqliteEventStore) -> None
 
 
 async def test_a_refused_write_is_refused_alone_and_breaks_the_stream(
-        store: SqliteEventStore) -> None:
-    handle = EmbeddedHandle("s", store)
-    start = await opened(handle)
-    stream = AppendStream(handle, start)
+        streaming: Streaming) -> None:
+    handle, start, stream = streaming
     good = chunks(4)
     stream.write(good[0])
     await asyncio.sleep(0)
@@ -111,10 +111,8 @@ async def test_a_refused_write_is_refused_alone_and_breaks_the_stream(
 
 
 async def test_another_writer_in_between_refuses_the_chain_with_conflict(
-        store: SqliteEventStore) -> None:
-    handle = EmbeddedHandle("s", store)
-    start = await opened(handle)
-    stream = AppendStream(handle, start)
+        streaming: Streaming) -> None:
+    handle, start, stream = streaming
     specs = chunks(6)
     assert await stream.write(specs[0]) == start
     await handle.append_batch(chunks(1, offset=100))  # not the stream's
@@ -156,10 +154,8 @@ async def test_an_append_resent_after_an_unknown_outcome_lands_once(tmp_path: Pa
         await store.close()
 
 
-async def test_a_cancelled_write_is_left_out(store: SqliteEventStore) -> None:
-    handle = EmbeddedHandle("s", store)
-    start = await opened(handle)
-    stream = AppendStream(handle, start)
+async def test_a_cancelled_write_is_left_out(streaming: Streaming) -> None:
+    handle, start, stream = streaming
     specs = chunks(3)
     stream.write(specs[0])
     await asyncio.sleep(0)

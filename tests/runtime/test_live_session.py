@@ -5,7 +5,6 @@ requests, staleness, fencing, reloading after a write of unknown outcome."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -30,12 +29,8 @@ from support.failing_stores import LostAckStore
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteEventStore]:
-    s = await SqliteEventStore.open(str(tmp_path / "host.db"))
-    try:
-        yield s
-    finally:
-        await s.close()
+async def store(sqlite_store: SqliteEventStore) -> SqliteEventStore:
+    return sqlite_store
 
 
 async def drive_turns(host: LiveSession, turns: int, config: ScriptConfig | None = None) -> None:
