@@ -297,7 +297,12 @@ class SessionDriver:
         of the session's shard (``_through_outage``). Raises ``TurnInterrupted`` when
         crash repair closed the turn, ``RuntimeError`` after ``MAX_RESENDS``
         conflicts, and what ``_through_outage`` raises."""
-        arrived = await self._arrival()
+        return await self._send_arrived(specs, await self._arrival())
+
+    async def _send_arrived(self, specs: Sequence[AppendSpec], arrived: float | None
+                            ) -> LoggedEvents:
+        """``send`` of ``specs`` that arrived at ``arrived`` (a ``time.perf_counter()``
+        reading, their latency's start; ``None``: from now)."""
         for _ in range(MAX_RESENDS):
             t0 = time.perf_counter() if arrived is None else arrived
             try:
@@ -351,33 +356,39 @@ class SessionDriver:
         self.shard.events += events
 
     async def stream(self, specs: Sequence[AppendSpec]) -> list[int]:
-        """Append ``specs`` (a model attempt's start and its chunks) each as it arrives (paced:
-        ``_arrival``; else all at once, as a model faster than the appends), through an
-        ``AppendStream`` chained at the tail: the chunks that arrive while the stream's
-        append is in flight go together in its next. Each chunk counts as an append,
-        its latency from its arrival to its acknowledgement. Returns their seqs. After
-        a failure (a conflict, an outage: the stream is broken), the chunks not logged
-        are sent one at a time by ``send``, which resyncs and waits outages out; raises
-        what ``send`` raises."""
+        """Append ``specs`` (a model attempt's start and its chunks) each as it arrives
+        (paced: ``_arrival``; else all at once, as a model faster than the appends),
+        through an ``AppendStream`` chained at the tail: the chunks that arrive while
+        the stream's append is in flight go together in its next. Each chunk counts as
+        an append, its latency from its arrival to its acknowledgement. Returns their
+        seqs. Once the stream breaks (a conflict, an outage), the chunks not logged go
+        one at a time through ``send``, which resyncs and waits outages out: those
+        already written with the latency of their first arrival, the others as they
+        arrive. Raises what ``send`` raises."""
         writer = AppendStream(self.handle, self.next_seq)
-        written: list[asyncio.Future[int]] = []
+        written: list[tuple[AppendSpec, float, asyncio.Future[int]]] = []
         for spec in specs:
+            if writer.broken is not None:
+                break
             arrived = await self._arrival()
+            t0 = time.perf_counter() if arrived is None else arrived
             future = writer.write(spec)
-            future.add_done_callback(partial(
-                self._chunk_answered, time.perf_counter() if arrived is None else arrived))
-            written.append(future)
+            future.add_done_callback(partial(self._chunk_answered, t0))
+            written.append((spec, t0, future))
+        await asyncio.gather(*(f for _, _, f in written), return_exceptions=True)
         seqs: list[int] = []
-        for index, outcome in enumerate(await asyncio.gather(*written,
-                                                             return_exceptions=True)):
-            if isinstance(outcome, int):
-                seqs.append(outcome)
+        for index, (_, _, future) in enumerate(written):
+            error = future.exception()
+            if error is None:
+                seqs.append(future.result())
                 continue
-            if not isinstance(outcome, Exception):
-                raise outcome
-            for spec in specs[index:]:
-                seqs.append((await self.send([spec])).seqs[0])
+            if not isinstance(error, Exception):
+                raise error
+            for spec, t0, _ in written[index:]:
+                seqs.append((await self._send_arrived([spec], t0)).seqs[0])
             break
+        for spec in specs[len(written):]:
+            seqs.append((await self.send([spec])).seqs[0])
         return seqs
 
     def _chunk_answered(self, t0: float, future: asyncio.Future[int]) -> None:

@@ -84,6 +84,7 @@ class AppendStream:
         """The task sending the stream's appends (held: the loop keeps only a weak
         reference to a task)."""
         self._broken: BaseException | None = None
+        self._in_flight = 0
         self.appends = 0
         """Appends sent (a write sent again alone after a refusal counts once more)."""
         self.writes = 0
@@ -101,8 +102,9 @@ class AppendStream:
 
     @property
     def pending(self) -> int:
-        """Writes not answered yet (queued or in flight)."""
-        return sum(not f.done() for f in self._written)
+        """Writes not answered yet: queued (a cancelled one until the stream passes
+        it) or in the append in flight."""
+        return len(self._queue) + self._in_flight
 
     def write(self, spec: AppendSpec) -> asyncio.Future[int]:
         """Queue ``spec`` (sent at once when nothing of the stream is in flight, else
@@ -177,6 +179,7 @@ class AppendStream:
         return seqs
 
     async def _send(self, batch: list[tuple[AppendSpec, asyncio.Future[int]]]) -> None:
+        self._in_flight = len(batch)
         try:
             seqs = await self._append([spec for spec, _ in batch])
         except SurfaceError as exc:
@@ -188,6 +191,8 @@ class AppendStream:
         except Exception as exc:
             self._break(exc, [f for _, f in batch])
             return
+        finally:
+            self._in_flight = 0
         for (_, future), seq in zip(batch, seqs, strict=True):
             if not future.done():
                 future.set_result(seq)

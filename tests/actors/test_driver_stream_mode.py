@@ -34,6 +34,8 @@ class _CountingHandle(LocalHandle):
         self.sent: list[list[str]] = []
         self._intrude_before = intrude_before
         self._chunks_sent = 0
+        self.arrivals = 0
+        """Appends the driver took as arrived (``SessionDriver._arrival``)."""
 
     async def append_batch(self, specs: Sequence[AppendSpec],
                            expected_seq: int | None = None) -> LoggedEvents:
@@ -46,6 +48,14 @@ class _CountingHandle(LocalHandle):
                 [AppendSpec("x-test/marker", {"by": "other"}, ignorable=True)])
         self._chunks_sent += chunks
         return await super().append_batch(specs, expected_seq)
+
+
+class _CountingDriver(SessionDriver):
+    """A driver that counts its appends' arrivals on its ``_CountingHandle``."""
+
+    async def _arrival(self) -> float | None:
+        self.handle.arrivals += 1  # type: ignore[attr-defined]
+        return await super()._arrival()
 
 
 @pytest.fixture
@@ -61,7 +71,7 @@ async def drive(store: SqliteEventStore, session: str, mode: str,
     progress = DriverProgress()
     config = ScriptConfig(mode=mode, steps=2, chunks=CHUNKS,  # type: ignore[arg-type]
                           chunk_every_ms=every_ms)
-    driver = SessionDriver(handle, AgentScript("agent", config), progress, time.time())
+    driver = _CountingDriver(handle, AgentScript("agent", config), progress, time.time())
     await driver.run(2)
     assert progress.errors == 0 and progress.turns_done == 2
     log = list(live.session.log)
@@ -112,4 +122,18 @@ async def test_paced_stream_sends_each_chunk_as_it_arrives(store: SqliteEventSto
     chunk_events = [e for e in live.session.log if e.type == "assistant/chunk"]
     assert all(len(t) == 1 for t in streams)
     assert len(streams) == len(chunk_events) + 2 * 2
+    assert len(progress.latencies_ms) == progress.appends
+
+
+async def test_a_paced_stream_broken_midway_paces_each_chunk_once(
+        store: SqliteEventStore) -> None:
+    """Chunks 5 ms apart, another writer's event before chunk 3: the stream stops
+    taking writes once broken, the chunks it did not log are sent again counted from
+    their first arrival, and no append arrives twice."""
+    _, clean, _ = await drive(store, "a", "stream", every_ms=5.0)
+    live, broken, progress = await drive(store, "b", "stream", intrude_before=3,
+                                         every_ms=5.0)
+    assert progress.conflicts >= 1
+    assert [e.type for e in live.session.log].count("x-test/marker") == 1
+    assert broken.arrivals == clean.arrivals
     assert len(progress.latencies_ms) == progress.appends
