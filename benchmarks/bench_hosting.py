@@ -436,7 +436,7 @@ def run_all(folder: str, quick: bool) -> Report:
                       note=f"{sessions} sessions, one durable chunk append each per call; "
                       "the class wrapped as in a Ray worker"))
     base = ["--sessions", str(sessions), "--turns", str(turns)]
-    chunked: dict[str, Any] = {}
+    hosted: dict[str, dict[str, Any]] = {}
     # --quick (the smoke test) skips the batch row: its path is the chunk row's.
     for section, mode in (("2", "chunk"),) if quick else (("2", "chunk"), ("3", "batch")):
         print(f"{section}. {mode} mode, {sessions} sessions", flush=True)
@@ -447,7 +447,7 @@ def run_all(folder: str, quick: bool) -> Report:
              noop.rate)
         _split_rows(report, section, f"{mode}, {sessions} sessions", after,
                     floor_cpu[mode])
-        chunked = after if mode == "chunk" else chunked
+        hosted[mode] = after
     if quick:  # the smoke test: rows 4 to 7 run the same code as row 2
         return report
     print("4. sessions", flush=True)
@@ -509,7 +509,7 @@ def run_all(folder: str, quick: bool) -> Report:
                          direct=False)
     _direct_rows(report, "6", f"--via http, batch, {sessions} sessions", via_http, fastapi)
     _stream_rows(report, folder, base, sessions, floors["stream"], floor_cpu["stream"],
-                 noop.rate, chunked)
+                 noop.rate, hosted["chunk"])
     return report
 
 
